@@ -1,0 +1,314 @@
+"""The job spec: the one description of a workload that every command reads.
+
+A job spec is YAML (or JSON), validated by :class:`JobSpec`. Field names are a
+contract shared with tools outside this repo: extend, never rename.
+
+Example::
+
+    model: llama-3-8b
+    method: lora
+    lora: {rank: 16, alpha: 32, targets: [q_proj, v_proj]}
+    precision: bf16-mixed
+    optimizer: adamw
+    micro_batch_size: 4
+    global_batch_size: 64
+    seq_len: 2048
+    activation_checkpointing: full
+    parallelism: auto
+    work: {tokens: 200000000}
+    constraints: {deadline: 24h, currency: USD}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gpuplan.errors import SpecError
+from gpuplan.units import parse_duration_s
+
+Method = Literal["full", "lora", "qlora"]
+Precision = Literal[
+    "fp32", "tf32", "fp16-mixed", "bf16-mixed", "fp16-true", "bf16-true", "fp8-mixed"
+]
+Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
+Checkpointing = Literal["none", "selective", "full"]
+Offload = Literal["none", "optimizer", "optimizer+params"]
+Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
+
+#: The hardware dtype each precision mode computes its matmuls in.
+COMPUTE_DTYPE: dict[str, str] = {
+    "fp32": "fp32",
+    "tf32": "tf32",
+    "fp16-mixed": "fp16",
+    "bf16-mixed": "bf16",
+    "fp16-true": "fp16",
+    "bf16-true": "bf16",
+    "fp8-mixed": "fp8",
+}
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LoraSpec(_Spec):
+    """LoRA adapter settings (used when ``method`` is lora or qlora)."""
+
+    rank: int = Field(default=16, ge=1, le=4096, description="Adapter rank r.")
+    alpha: float = Field(default=32, gt=0, description="Scaling numerator (scale = alpha / rank).")
+    targets: tuple[str, ...] = Field(
+        default=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        min_length=1,
+        description="Module names to adapt, or ['all-linear'].",
+    )
+    dropout: float = Field(default=0.0, ge=0, lt=1, description="LoRA dropout (PEFT default 0).")
+    double_quant: bool = Field(
+        default=True, description="QLoRA: double-quantize the NF4 absmax constants."
+    )
+
+
+class ParallelismSpec(_Spec):
+    """An explicit parallel strategy; data parallelism fills the remaining GPUs."""
+
+    sharding: Sharding = Field(default="none", description="ZeRO stage or FSDP full sharding.")
+    tp: int = Field(default=1, ge=1, le=512, description="Tensor-parallel degree.")
+    pp: int = Field(default=1, ge=1, le=512, description="Pipeline-parallel degree.")
+
+
+class WorkSpec(_Spec):
+    """How much training to do: exactly one of tokens, samples (with epochs), or steps."""
+
+    tokens: int | None = Field(default=None, gt=0, description="Training tokens in total.")
+    samples: int | None = Field(default=None, gt=0, description="Dataset size in samples.")
+    epochs: float | None = Field(default=None, gt=0, description="Passes over `samples`.")
+    steps: int | None = Field(default=None, gt=0, description="Optimizer steps.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> WorkSpec:
+        given = [k for k in ("tokens", "samples", "steps") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of {tokens: N}, {samples: N, epochs: E}, {steps: N}")
+        if self.epochs is not None and self.samples is None:
+            raise ValueError("epochs needs samples")
+        return self
+
+
+Duration = float
+
+
+class ConstraintsSpec(_Spec):
+    """What a plan must satisfy."""
+
+    deadline: Duration | None = Field(default=None, description="Wall-clock limit, e.g. 24h or 7d.")
+    budget: float | None = Field(default=None, gt=0, description="Total cost limit in `currency`.")
+    currency: str = Field(
+        default="USD", pattern=r"^[A-Z]{3}$", description="Currency of budget and costs."
+    )
+    providers: tuple[str, ...] = Field(default=(), description="Allowed providers (empty = all).")
+    regions: tuple[str, ...] = Field(
+        default=(), description="Allowed regions, substrings (empty = all)."
+    )
+    compliance: tuple[str, ...] = Field(
+        default=(), description="Required compliance tags, e.g. mlps-3."
+    )
+    billing: tuple[str, ...] = Field(default=(), description="Allowed billing modes (empty = all).")
+    max_gpus: int | None = Field(default=None, ge=1, description="Most GPUs in total.")
+    bare_metal_only: bool = Field(default=False, description="Only bare-metal instances.")
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        return parse_duration_s(value, field="constraints.deadline")
+
+    @field_validator("billing")
+    @classmethod
+    def _billing_modes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from gpuplan.catalog.schema import BILLING_MODES
+
+        for mode in value:
+            if mode not in BILLING_MODES:
+                raise ValueError(
+                    f"unknown billing mode {mode!r}; allowed: {', '.join(BILLING_MODES)}"
+                )
+        return value
+
+    @field_validator("providers", "compliance")
+    @classmethod
+    def _lower(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(v.lower() for v in value)
+
+
+class JobSpec(_Spec):
+    """A training workload: model, method, numerics, batch, parallelism, work and constraints."""
+
+    model: str = Field(
+        description="Preset id (see `gpuplan models`) or a path to a HF config.json."
+    )
+    method: Method = Field(default="full", description="full fine-tune/pretrain, lora or qlora.")
+    lora: LoraSpec | None = Field(default=None, description="LoRA settings (lora/qlora).")
+    precision: Precision = Field(default="bf16-mixed", description="Numerics of the training step.")
+    optimizer: Optimizer = Field(default="adamw", description="Optimizer (its state sizes differ).")
+    micro_batch_size: int = Field(
+        default=1, ge=1, le=65536, description="Samples per GPU per forward."
+    )
+    global_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Samples per optimizer step across all GPUs (default: no accumulation).",
+    )
+    seq_len: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="Tokens per sample (text)."
+    )
+    image_size: int | None = Field(
+        default=None, ge=8, le=8192, description="Image side in pixels (vision)."
+    )
+    activation_checkpointing: Checkpointing = Field(
+        default="none", description="Recompute in backward."
+    )
+    offload: Offload = Field(default="none", description="CPU offload of optimizer state / params.")
+    framework: Literal["hf", "torchtune", "litgpt"] = Field(
+        default="hf",
+        description="Training code whose activations are modelled: hf (transformers Trainer/PEFT), "
+        "torchtune or litgpt (they differ in loss chunking, norms and GELU).",
+    )
+    compile: bool = Field(
+        default=False, description="torch.compile: pointwise intermediates are recomputed."
+    )
+    optimizer_impl: Literal["auto", "foreach", "fused", "for-loop"] = Field(
+        default="auto",
+        description="Optimizer kernel: foreach (torch's CUDA default, one parameter-sized temporary), "
+        "fused, or a per-parameter loop.",
+    )
+    attention: Literal["auto", "fused", "eager"] = Field(
+        default="auto",
+        description="Attention kernel: fused (flash/memory-efficient SDPA, the default of current "
+        "PyTorch and transformers) or eager (materialised s x s scores).",
+    )
+    parallelism: Literal["auto"] | ParallelismSpec = Field(
+        default="auto", description="'auto' or {sharding, tp, pp}."
+    )
+    work: WorkSpec | None = Field(
+        default=None, description="{tokens}, {samples, epochs} or {steps}."
+    )
+    constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
+        if self.method in ("lora", "qlora") and self.lora is None:
+            object.__setattr__(self, "lora", LoraSpec())
+        if self.seq_len is not None and self.image_size is not None:
+            raise ValueError("give seq_len (text) or image_size (vision), not both")
+        if self.global_batch_size is not None and self.global_batch_size % self.micro_batch_size:
+            raise ValueError(
+                "global_batch_size must be a multiple of micro_batch_size "
+                f"({self.global_batch_size} % {self.micro_batch_size} != 0)"
+            )
+        return self
+
+    @property
+    def compute_dtype(self) -> str:
+        """The hardware dtype of the step's matmuls (bf16, fp16, fp8, tf32, fp32)."""
+        return COMPUTE_DTYPE[self.precision]
+
+
+_UNION_TAGS = ("literal['auto']", "ParallelismSpec")
+
+
+def _describe(exc: ValidationError) -> str:
+    """The most specific pydantic error as ``field.path: message``."""
+
+    def clean(loc: tuple[Any, ...]) -> list[str]:
+        return [str(p) for p in loc if str(p) not in _UNION_TAGS and "function-" not in str(p)]
+
+    errors = exc.errors()
+    err = max(errors, key=lambda e: (len(clean(e["loc"])), -errors.index(e)))
+    path = ".".join(clean(err["loc"]))
+    msg = err["msg"].removeprefix("Value error, ")
+    if msg.startswith(f"{path}: "):
+        msg = msg[len(path) + 2 :]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    elif err["type"] in ("literal_error", "enum"):
+        msg = f"{msg}, got {err.get('input')!r}"
+    if path == "parallelism" and err["type"] == "literal_error":
+        msg += " (or a mapping {sharding, tp, pp})"
+    return f"{path or 'spec'}: {msg}"
+
+
+def _parse_scalar(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``--set a.b=value`` overrides (value parsed as YAML) to raw spec data.
+
+    >>> apply_overrides({"precision": "fp32"}, ["precision=bf16-mixed", "lora.rank=8"])
+    {'precision': 'bf16-mixed', 'lora': {'rank': 8}}
+    """
+    out: dict[str, Any] = dict(data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise SpecError(
+                f"--set: expected FIELD=VALUE, got {item!r}", hint="--set precision=bf16-mixed"
+            )
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            child = dict(child) if isinstance(child, dict) else {}
+            node[part] = child
+            node = child
+        node[parts[-1]] = _parse_scalar(raw)
+    return out
+
+
+def parse_spec(data: Any, *, origin: str = "spec", base_dir: Path | None = None) -> JobSpec:
+    """Validate raw spec data; errors become one-line SpecErrors naming the field."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: expected a mapping of spec fields, got {type(data).__name__}")
+    model = data.get("model")
+    if isinstance(model, str) and base_dir is not None and model.endswith(".json"):
+        path = Path(model)
+        if not path.is_absolute() and (base_dir / path).exists():
+            data = {**data, "model": str(base_dir / path)}
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(f"{origin}: {_describe(exc)}", hint="see `gpuplan spec schema`") from exc
+
+
+def load_spec(path: Path, overrides: list[str] | None = None) -> JobSpec:
+    """Read a job spec file (YAML or JSON) and apply ``--set`` overrides."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"spec: cannot read {path}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise SpecError(f"{path}:{where}: malformed YAML: {getattr(exc, 'problem', exc)}") from exc
+    if data is None:
+        data = {}
+    if isinstance(data, dict) and overrides:
+        data = apply_overrides(data, overrides)
+    return parse_spec(data, origin=str(path), base_dir=path.parent)
+
+
+def spec_json_schema() -> dict[str, Any]:
+    """The JSON schema of the job spec (``gpuplan spec schema``)."""
+    return JobSpec.model_json_schema()

@@ -1,0 +1,36 @@
+"""Shared fixtures: paths, the CLI runner, the shared reference folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture
+def shared_ref() -> Path:
+    """``../shared/reference`` beside the repo; skips the test when it is absent."""
+    ref = SHARED / "reference"
+    if not ref.is_dir():
+        pytest.skip("../shared/reference is not present")
+    return ref
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Invoke ``gpuplan ARGS...``; returns the click Result. User config isolated in tmp."""
+    from gpuplan.cli.app import app
+
+    monkeypatch.setenv("GPUPLAN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COLUMNS", "200")
+    runner = CliRunner()
+
+    def invoke(*args: str):  # type: ignore[no-untyped-def]
+        return runner.invoke(app, list(args), catch_exceptions=False)
+
+    return invoke
