@@ -1,0 +1,1 @@
+"""The gpuplan command line: a thin layer over the library."""

@@ -1,0 +1,74 @@
+"""Top-level ``gpuplan`` command: registers the command groups and the error boundary.
+
+Each command group lives in its own ``cli/<name>_cmd.py`` module that exposes
+``register(app)``; heavy imports stay inside the command functions so that
+``gpuplan --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from gpuplan import __version__
+from gpuplan.cli import catalog_cmd, fit_cmd, models_cmd, spec_cmd, validate_cmd
+from gpuplan.cli.common import EXIT_USER_ERROR, State
+from gpuplan.errors import GpuPlanError
+
+
+class _Group(TyperGroup):
+    """The error boundary: GpuPlanError becomes one line on stderr and exit 2 (unless --debug)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GpuPlanError as exc:
+            if State.debug:
+                raise
+            typer.echo(f"error: {exc.one_line()}", err=True)
+            raise typer.Exit(EXIT_USER_ERROR) from None
+
+
+app = typer.Typer(
+    name="gpuplan",
+    cls=_Group,
+    help=(
+        "Will my model fit on this GPU, how long will training take, what will it cost on each "
+        "cloud, and is a machine I pay for sitting idle?"
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpuplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+) -> None:
+    """gpuplan: plan GPU training jobs from real models, datasheets and published prices."""
+    State.debug = debug
+
+
+for _module in (catalog_cmd, models_cmd, spec_cmd, fit_cmd, validate_cmd):
+    _module.register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    app(args=argv)

@@ -1,0 +1,82 @@
+"""Shared CLI plumbing: the error boundary, JSON output, option types.
+
+Only the CLI turns a :class:`GpuPlanError` into a one-line message and exit
+code 2; library code never prints or exits.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pydantic import BaseModel
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_USER_ERROR = 2
+
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")
+]
+CatalogOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--catalog",
+        help="Overrides YAML whose rows shadow the built-in catalog (default: $GPUPLAN_HOME/catalog.yaml).",
+        dir_okay=False,
+    ),
+]
+CurrencyOpt = Annotated[
+    str, typer.Option("--currency", help="Currency for prices and costs: USD or CNY.")
+]
+
+
+class State:
+    """Global options set by the top-level callback."""
+
+    debug: bool = False
+
+
+def fail(message: str, *, hint: str | None = None) -> typer.Exit:
+    """Print a one-line user error to stderr and return the Exit to raise."""
+    text = " ".join(message.split())
+    if hint:
+        text += f" (hint: {' '.join(hint.split())})"
+    typer.echo(f"error: {text}", err=True)
+    return typer.Exit(EXIT_USER_ERROR)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Turn pydantic models, dataclasses, tuples and dates into JSON values."""
+    import dataclasses
+    import datetime as dt
+
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, (dt.date, dt.datetime)):
+        return obj.isoformat()
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def print_json(obj: Any) -> None:
+    """Write ``obj`` as indented JSON to stdout."""
+    sys.stdout.write(json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False) + "\n")
+
+
+def console() -> Any:
+    """A rich console for tables (imported lazily to keep start-up fast)."""
+    from rich.console import Console
+
+    return Console()
