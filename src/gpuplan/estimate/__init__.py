@@ -1,0 +1,1 @@
+"""Estimators: memory (fit), compute and communication time (speed)."""

@@ -1,0 +1,247 @@
+"""Activation memory saved for backward, tensor by tensor, for the real implementations.
+
+The textbook per-layer figure (Korthikanti et al., "Reducing Activation
+Recomputation in Large Transformer Models", MLSys 2023: ``sbh(34 + 5as/h)``
+bytes) assumes Megatron's fused kernels. Hugging Face eager code keeps more:
+RMSNorm upcasts to fp32 and keeps that copy, ``repeat_kv`` materialises
+grouped K/V at full width, GPT-2's Python ``gelu_new`` keeps four
+intermediates, and the loss upcasts logits to fp32. A trace of Llama-3-8B
+gives about 53 sbh bytes per layer (``reference/estimators.md``). This module
+lists what autograd actually saves, so the sum is explainable:
+
+* a linear layer saves its *input* only if its weight is trainable (with LoRA
+  the frozen base saves nothing; the adapter saves its dropout output);
+* element-wise ops save what their backward reads (SiLU its input, a product
+  both factors, ``tanh`` its output);
+* fused attention (flash / memory-efficient SDPA) saves q, k, v, the output and
+  a per-row log-sum-exp; eager attention also keeps the probabilities and the
+  dropout mask, which grow with the square of the sequence;
+* under autocast (``*-mixed``) LayerNorm and softmax run in fp32.
+
+Every item is bytes **per token** for one layer (or for the model head), for
+one sample, with the sequence length given for the quadratic terms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from gpuplan.estimate.shape import Shape
+
+FP32 = 4
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Numerics:
+    """How a step stores activations."""
+
+    act_bytes: int
+    """Bytes per activation element (2 for fp16/bf16, 4 for fp32/tf32, 2 for fp8 training)."""
+    autocast: bool
+    """Whether torch autocast runs norms and softmax in fp32 (``*-mixed``)."""
+    python_gelu: bool = True
+    """Whether tanh-GELU runs as a Python expression (transformers' ``gelu_new``)."""
+    compiled: bool = False
+    """torch.compile: AOTAutograd's min-cut partitioner recomputes pointwise ops in backward,
+    so norms keep only their 16-bit input and elementwise intermediates are not saved."""
+    loss_chunks: int = 1
+    """Chunks the LM loss runs in: only one chunk's fp32 gradient is live at a time."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Trainable:
+    """Which weights get gradients (decides which linear inputs are saved)."""
+
+    full: bool
+    lora_roles: frozenset[str] = frozenset()
+    lora_rank: int = 0
+    lora_dropout: float = 0.0
+    quantized_base: bool = False
+    """bitsandbytes 4-bit linears (QLoRA): ``MatMul4Bit`` saves its input whenever the input
+    needs a gradient, although the weight is frozen (bitsandbytes ``autograd/_functions.py``)."""
+
+    def saves_input(self, role: str) -> bool:
+        """Whether the linear of ``role`` keeps its input for backward."""
+        return self.full or self.quantized_base
+
+    def lora_on(self, role: str) -> bool:
+        """Whether ``role`` has a LoRA adapter."""
+        return not self.full and role in self.lora_roles
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Item:
+    """One saved tensor (or group), in bytes per token."""
+
+    name: str
+    bytes_per_token: float
+
+
+def _norm(shape: Shape, num: Numerics, tr: Trainable, where: str) -> list[Item]:
+    h = shape.hidden
+    a = num.act_bytes
+    if num.compiled:
+        return [Item(name=f"{where} norm input (compiled)", bytes_per_token=a * h + FP32)]
+    if shape.norm == "rmsnorm":
+        # HF RMSNorm: x.to(float32); pow saves the fp32 x; weight * x.to(dtype) saves the cast
+        items = [Item(name=f"{where} rmsnorm fp32 input", bytes_per_token=FP32 * h)]
+        if tr.full:
+            items.append(
+                Item(name=f"{where} rmsnorm cast (for weight grad)", bytes_per_token=a * h)
+            )
+        return items
+    # native layer_norm saves its input (fp32 under autocast) plus mean/rstd
+    in_bytes = FP32 if num.autocast else a
+    return [Item(name=f"{where} layernorm input", bytes_per_token=in_bytes * h + 2 * FP32)]
+
+
+def _linear_inputs(
+    roles: Iterable[str], width: int, num: Numerics, tr: Trainable, where: str
+) -> list[Item]:
+    """Input saved once for the linears sharing it, plus LoRA dropout copies."""
+    roles = list(roles)
+    a = num.act_bytes
+    items = []
+    if any(tr.saves_input(r) for r in roles):
+        items.append(Item(name=f"{where} input ({'/'.join(roles)})", bytes_per_token=a * width))
+    lora = [r for r in roles if tr.lora_on(r)]
+    if lora:
+        if tr.lora_dropout > 0:
+            # each adapter applies its own dropout: output copy + 1-byte mask
+            items.append(
+                Item(
+                    name=f"{where} LoRA dropout ({'/'.join(lora)})",
+                    bytes_per_token=len(lora) * (a + 1) * width,
+                )
+            )
+        elif not any(tr.saves_input(r) for r in roles):
+            items.append(
+                Item(name=f"{where} LoRA input ({'/'.join(lora)})", bytes_per_token=a * width)
+            )
+        items.append(
+            Item(name=f"{where} LoRA A outputs", bytes_per_token=len(lora) * a * tr.lora_rank)
+        )
+    return items
+
+
+def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool) -> list[Item]:
+    h, a = shape.hidden, num.act_bytes
+    width_q = shape.heads * shape.head_dim
+    width_kv = shape.kv_heads * shape.head_dim
+    items = _norm(shape, num, tr, "attn")
+    qkv_roles = ("qkv",) if any(lin.role == "qkv" for lin in shape.linears) else ("q", "k", "v")
+    items += _linear_inputs(qkv_roles, h, num, tr, "attn qkv")
+    repeat = shape.kv_heads < shape.heads and shape.family == "decoder"
+    kv_saved = width_q if repeat else width_kv  # HF repeat_kv materialises full-width K/V
+    if fused:
+        items.append(
+            Item(name="attn q, k, v (SDPA inputs)", bytes_per_token=a * (width_q + 2 * kv_saved))
+        )
+        items.append(
+            Item(
+                name="attn SDPA output + logsumexp",
+                bytes_per_token=a * width_q + FP32 * shape.heads,
+            )
+        )
+    else:
+        sm_bytes = FP32 if num.autocast else a
+        per_token_sq = shape.heads * seq  # one row of scores per head per token
+        items.append(
+            Item(name="attn q, k, v (matmul inputs)", bytes_per_token=a * (width_q + 2 * kv_saved))
+        )
+        items.append(
+            Item(name="attn softmax output (s^2)", bytes_per_token=sm_bytes * per_token_sq)
+        )
+        if shape.attn_dropout > 0:
+            items.append(
+                Item(
+                    name="attn dropout mask + output (s^2)", bytes_per_token=(1 + a) * per_token_sq
+                )
+            )
+    o_roles = ("o",)
+    items += _linear_inputs(o_roles, width_q, num, tr, "attn out-proj")
+    if shape.hidden_dropout > 0:
+        items.append(Item(name="attn residual dropout mask", bytes_per_token=h))
+    return items
+
+
+def _mlp(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
+    h, a = shape.hidden, num.act_bytes
+    k = shape.experts_per_token if shape.num_experts > 1 else 1
+    f = shape.ffn
+    items = [] if shape.parallel_attention else _norm(shape, num, tr, "mlp")
+    up_roles = ("gate", "up") if shape.gated else ("fc1",)
+    if shape.num_experts > 1:
+        items.append(
+            Item(name="moe router softmax (fp32)", bytes_per_token=FP32 * shape.num_experts)
+        )
+        if tr.full or any(tr.lora_on(r) for r in up_roles):
+            items.append(Item(name="moe gathered expert inputs", bytes_per_token=k * a * h))
+        items.append(
+            Item(name="moe expert outputs (for routing-weight grad)", bytes_per_token=k * a * h)
+        )
+    else:
+        items += _linear_inputs(up_roles, h, num, tr, "mlp up")
+    if shape.gated and num.compiled:
+        items.append(Item(name="mlp gate and up outputs (compiled)", bytes_per_token=k * 2 * a * f))
+    elif shape.gated:
+        # act(gate) * up: activation saves its input; the product saves both factors
+        items.append(Item(name="mlp gate output (activation input)", bytes_per_token=k * a * f))
+        items.append(Item(name="mlp activation output + up output", bytes_per_token=k * 2 * a * f))
+    else:
+        items.append(Item(name="mlp fc1 output (activation input)", bytes_per_token=k * a * f))
+        if (
+            num.python_gelu
+            and not num.compiled
+            and shape.activation in ("gelu_new", "gelu_fast", "gelu_python")
+        ):
+            # 0.5*x*(1+tanh(c*(x+0.044715x^3))) in Python keeps tanh, 0.5x and 1+tanh
+            items.append(Item(name="mlp python gelu intermediates", bytes_per_token=k * 3 * a * f))
+    down_roles = ("down",) if shape.gated else ("fc2",)
+    down = _linear_inputs(down_roles, f, num, tr, "mlp down")
+    if num.compiled:  # the down-projection input is a pointwise product: recomputed
+        down = [i for i in down if "LoRA" in i.name]
+    items += [dataclasses.replace(i, bytes_per_token=i.bytes_per_token * k) for i in down]
+    if shape.hidden_dropout > 0:
+        items.append(Item(name="mlp residual dropout mask", bytes_per_token=h))
+    return items
+
+
+def layer_items(
+    shape: Shape, num: Numerics, tr: Trainable, *, seq: int, fused_attention: bool
+) -> list[Item]:
+    """Saved tensors of one transformer layer, bytes per token."""
+    return _attention(shape, num, tr, seq, fused_attention) + _mlp(shape, num, tr)
+
+
+def boundary_items(shape: Shape, num: Numerics) -> list[Item]:
+    """What full checkpointing keeps per layer: the layer's input hidden state."""
+    return [Item(name="checkpointed layer input", bytes_per_token=num.act_bytes * shape.hidden)]
+
+
+def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
+    """Embedding output, final norm, LM head/logits and loss (per token)."""
+    h, a = shape.hidden, num.act_bytes
+    items: list[Item] = []
+    if shape.hidden_dropout > 0:
+        items.append(Item(name="embedding dropout mask", bytes_per_token=h))
+    items += _norm(shape, num, tr, "final")
+    if shape.family == "decoder":
+        if tr.full:
+            items.append(Item(name="lm_head input", bytes_per_token=a * h))
+        v = shape.vocab
+        if a < FP32:
+            # logits kept in the model output; the loss upcasts and log_softmax keeps fp32
+            items.append(Item(name="logits (model output)", bytes_per_token=a * v))
+        if not num.compiled:
+            items.append(Item(name="log_softmax output (fp32)", bytes_per_token=FP32 * v))
+    return items
+
+
+def backward_transient_per_token(shape: Shape, num: Numerics) -> float:
+    """Extra bytes per token at the start of backward (loss and logits gradients)."""
+    if shape.family != "decoder":
+        return 0.0
+    # fp32 gradient of the log-softmax and its cast back to the logits dtype, per chunk
+    return (FP32 + num.act_bytes) * shape.vocab / max(1, num.loss_chunks)

@@ -1,0 +1,302 @@
+"""Fit: resolve a job spec on a GPU and count into a strategy and a memory estimate.
+
+This is the glue between the job spec, the model and the catalog; the
+arithmetic lives in :mod:`gpuplan.estimate.memory`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+from gpuplan.catalog.schema import GpuSpec
+from gpuplan.errors import MissingInputError, SpecError
+from gpuplan.estimate.lora import lora_roles
+from gpuplan.estimate.memory import (
+    DEFAULT_SAFETY_MARGIN,
+    MemoryEstimate,
+    MemoryJob,
+    estimate_memory,
+)
+from gpuplan.estimate.shape import Shape, shape_of
+from gpuplan.estimate.strategy import Strategy, candidate_layouts, grad_accum_for
+from gpuplan.spec import JobSpec, ParallelismSpec
+
+MAX_MICRO_BATCH_SEARCH = 4096
+
+
+@functools.lru_cache(maxsize=64)
+def model_shape(model_ref: str) -> Shape:
+    """The estimator shape of a preset id or config path (cached)."""
+    from gpuplan.models import load_model
+
+    return shape_of(load_model(model_ref))
+
+
+def check_precision(spec: JobSpec, gpu: GpuSpec) -> None:
+    """Raise a SpecError if the GPU cannot compute in the spec's precision."""
+    dtype = spec.compute_dtype
+    if dtype == "fp32":
+        return
+    if not gpu.supports(dtype):
+        supported = [
+            p
+            for p in (
+                "fp32",
+                "tf32",
+                "fp16-mixed",
+                "bf16-mixed",
+                "fp16-true",
+                "bf16-true",
+                "fp8-mixed",
+            )
+            if p.split("-")[0] in gpu.precisions or p == "fp32"
+        ]
+        raise SpecError(
+            f"precision: {spec.precision} needs {dtype}, which {gpu.id} ({gpu.architecture}) does not support; "
+            f"allowed on {gpu.id}: {', '.join(supported)}",
+            hint="pick another --gpu or --set precision=...",
+        )
+
+
+def sequence_length(spec: JobSpec, shape: Shape) -> int:
+    """Tokens per sample for the memory model."""
+    if shape.fixed_tokens is not None:
+        return shape.fixed_tokens
+    if shape.family == "cnn":
+        return 1
+    if spec.seq_len is None:
+        raise MissingInputError(
+            f"seq_len: required for the text model {shape.model_id}",
+            hint="add `seq_len: 2048` to the spec or --set seq_len=2048",
+        )
+    return spec.seq_len
+
+
+def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
+    """The memory-relevant part of a spec, resolved against the model."""
+    roles: frozenset[str] = frozenset()
+    rank = 0
+    dropout = 0.0
+    double_quant = True
+    if spec.method != "full":
+        assert spec.lora is not None
+        roles = lora_roles(spec.lora.targets, shape)
+        rank, dropout, double_quant = spec.lora.rank, spec.lora.dropout, spec.lora.double_quant
+    if spec.method == "qlora" and spec.precision in ("fp32", "tf32"):
+        raise SpecError(
+            "precision: qlora computes in 16 bits; use bf16-mixed, bf16-true, fp16-mixed or fp16-true"
+        )
+    return MemoryJob(
+        method=spec.method,
+        precision=spec.precision,
+        optimizer=spec.optimizer,
+        seq_len=sequence_length(spec, shape),
+        lora_roles=roles,
+        lora_rank=rank,
+        lora_dropout=dropout,
+        double_quant=double_quant,
+        fused_attention=spec.attention != "eager",
+        framework=spec.framework,
+        compiled=spec.compile,
+        optimizer_impl=_optimizer_impl(spec),
+    )
+
+
+def _optimizer_impl(spec: JobSpec) -> str:
+    from gpuplan.estimate.frameworks import FRAMEWORKS
+
+    if spec.optimizer_impl != "auto":
+        return spec.optimizer_impl
+    if spec.optimizer in ("adamw-8bit", "adafactor"):
+        return "fused" if spec.optimizer == "adamw-8bit" else "for-loop"
+    return FRAMEWORKS[spec.framework].default_optimizer_impl
+
+
+def explicit_strategy(
+    spec: JobSpec, count: int, shape: Shape, micro_batch: int | None = None
+) -> Strategy:
+    """The strategy the spec names, on ``count`` GPUs."""
+    par = spec.parallelism if isinstance(spec.parallelism, ParallelismSpec) else ParallelismSpec()
+    if count % (par.tp * par.pp):
+        raise SpecError(
+            f"parallelism: tp x pp = {par.tp * par.pp} does not divide the GPU count {count}"
+        )
+    if shape.family != "cnn" and shape.heads % par.tp:
+        raise SpecError(
+            f"parallelism.tp: {par.tp} does not divide the {shape.heads} attention heads"
+        )
+    if par.pp > shape.layers:
+        raise SpecError(f"parallelism.pp: {par.pp} stages exceed the {shape.layers} layers")
+    dp = count // (par.tp * par.pp)
+    mb = micro_batch or spec.micro_batch_size
+    ga = grad_accum_for(spec.global_batch_size, mb, dp)
+    if ga is None:
+        ga = math.ceil((spec.global_batch_size or mb) / (mb * dp))
+    return Strategy(
+        sharding=par.sharding,
+        tp=par.tp,
+        pp=par.pp,
+        dp=dp,
+        micro_batch_size=mb,
+        grad_accum=ga,
+        activation_checkpointing=spec.activation_checkpointing,
+        offload=spec.offload,
+    )
+
+
+def candidate_strategies(
+    spec: JobSpec, count: int, shape: Shape, gpus_per_node: int = 8
+) -> list[Strategy]:
+    """Strategies to consider: the spec's own if explicit, else every layout for ``count``."""
+    if isinstance(spec.parallelism, ParallelismSpec):
+        return [explicit_strategy(spec, count, shape)]
+    heads = shape.heads if shape.family != "cnn" else 1
+    layers = shape.layers if shape.family != "cnn" else 1
+    out = []
+    for sharding, tp, pp, dp in candidate_layouts(
+        count, heads=heads, layers=layers, gpus_per_node=gpus_per_node
+    ):
+        ga = grad_accum_for(spec.global_batch_size, spec.micro_batch_size, dp)
+        if ga is None:
+            continue
+        out.append(
+            Strategy(
+                sharding=sharding,
+                tp=tp,
+                pp=pp,
+                dp=dp,
+                micro_batch_size=spec.micro_batch_size,
+                grad_accum=ga,
+                activation_checkpointing=spec.activation_checkpointing,
+                offload=spec.offload,
+            )
+        )
+    if not out:
+        raise SpecError(
+            f"global_batch_size: {spec.global_batch_size} is not divisible by micro_batch_size x data-parallel "
+            f"ranks for any layout of {count} GPUs"
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class FitResult:
+    """The memory verdict of one spec on one GPU type and count."""
+
+    gpu: GpuSpec
+    count: int
+    strategy: Strategy
+    memory: MemoryEstimate
+    max_micro_batch: int
+
+    def as_contract(self) -> dict[str, object]:
+        """The ``memory`` object of ``gpuplan estimate --json``."""
+        m = self.memory
+        return {
+            "peak_allocated_bytes": round(m.peak_allocated_bytes),
+            "peak_reserved_bytes": round(m.peak_reserved_bytes),
+            "device_used_bytes": round(m.device_used_bytes),
+            "capacity_bytes": round(m.capacity_bytes),
+            "fits": m.fits,
+            "max_micro_batch": self.max_micro_batch,
+            "breakdown": {k: round(v) for k, v in m.breakdown.items()},
+            "headroom_bytes": round(m.headroom_bytes),
+            "safety_margin": m.safety_margin,
+            "peak_phase": m.peak_phase,
+            "details": {k: round(v) for k, v in m.details.items()},
+            "activation_items_per_token": {i.name: i.bytes_per_token for i in m.activation_items},
+            "assumptions": list(m.assumptions),
+            "basis": m.basis,
+        }
+
+
+def _estimate(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    gpu: GpuSpec,
+    capacity: float | None,
+    margin: float,
+    image_size: int | None,
+) -> MemoryEstimate:
+    return estimate_memory(
+        shape, job, st, gpu, capacity_bytes=capacity, safety_margin=margin, image_size=image_size
+    )
+
+
+def max_micro_batch(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    gpu: GpuSpec,
+    *,
+    capacity: float | None = None,
+    margin: float = DEFAULT_SAFETY_MARGIN,
+    image_size: int | None = None,
+) -> int:
+    """Largest micro-batch that fits under ``st`` (0 if even 1 does not)."""
+
+    def fits(mb: int) -> bool:
+        return _estimate(
+            shape,
+            job,
+            dataclasses.replace(st, micro_batch_size=mb),
+            gpu,
+            capacity,
+            margin,
+            image_size,
+        ).fits
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= MAX_MICRO_BATCH_SEARCH and fits(hi):
+        lo, hi = hi, hi * 2
+    if hi > MAX_MICRO_BATCH_SEARCH:
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def fit(
+    spec: JobSpec,
+    gpu: GpuSpec,
+    count: int = 1,
+    *,
+    capacity: float | None = None,
+    margin: float = DEFAULT_SAFETY_MARGIN,
+    gpus_per_node: int = 8,
+    cuda_context_bytes: float | None = None,
+) -> FitResult:
+    """Memory verdict for ``spec`` on ``count`` x ``gpu``.
+
+    With ``parallelism: auto`` the least memory-hungry layout is chosen (the
+    speed estimator later chooses the fastest that fits).
+    """
+    if count < 1:
+        raise SpecError(f"--count: must be >= 1, got {count}")
+    check_precision(spec, gpu)
+    shape = model_shape(spec.model)
+    if shape.family in ("cnn", "vit") and spec.seq_len is not None:
+        raise SpecError(f"seq_len: {shape.model_id} is a vision model; use image_size")
+    if shape.is_text and spec.image_size is not None:
+        raise SpecError(f"image_size: {shape.model_id} is a text model; use seq_len")
+    job = memory_job(spec, shape)
+    if cuda_context_bytes is not None:
+        job = dataclasses.replace(job, cuda_context_bytes=cuda_context_bytes)
+    best: tuple[float, Strategy, MemoryEstimate] | None = None
+    for st in candidate_strategies(spec, count, shape, gpus_per_node):
+        est = _estimate(shape, job, st, gpu, capacity, margin, spec.image_size)
+        key = est.device_used_bytes
+        if best is None or key < best[0]:
+            best = (key, st, est)
+    assert best is not None
+    _, st, est = best
+    mmb = max_micro_batch(
+        shape, job, st, gpu, capacity=capacity, margin=margin, image_size=spec.image_size
+    )
+    return FitResult(gpu=gpu, count=count, strategy=st, memory=est, max_micro_batch=mmb)

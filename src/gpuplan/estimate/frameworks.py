@@ -1,0 +1,43 @@
+"""What each training framework's code keeps for backward, beyond the model architecture.
+
+Facts read from each project's source (model and loss code):
+
+* ``hf``: transformers' modeling files. RMSNorm upcasts to fp32 and keeps the
+  fp32 copy; ``gelu_new`` is a Python expression with saved intermediates;
+  ``repeat_kv`` materialises grouped K/V; the causal-LM loss upcasts the whole
+  logits tensor to fp32 (``ForCausalLMLoss``) and the logits stay referenced
+  by the model output.
+* ``litgpt``: its own ``model.py``. GELU is ``torch.nn.functional.gelu``
+  (saves only its input); the LM head and loss run in chunks
+  (``chunked_cross_entropy``, 128-token chunks), so only one chunk's fp32
+  gradient is live at a time.
+* ``torchtune``: its own modules. ``CEWithChunkedOutputLoss`` splits the output
+  into 8 chunks and upcasts chunk by chunk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Framework:
+    """Implementation facts that change saved activations."""
+
+    name: str
+    python_gelu: bool
+    """Whether ``gelu_new``-style activations run as a Python expression (extra saved tensors)."""
+    loss_chunks: int
+    """Number of chunks the loss is computed in (1 = whole logits at once)."""
+    default_optimizer_impl: str
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    "hf": Framework(name="hf", python_gelu=True, loss_chunks=1, default_optimizer_impl="foreach"),
+    "litgpt": Framework(
+        name="litgpt", python_gelu=False, loss_chunks=16, default_optimizer_impl="foreach"
+    ),
+    "torchtune": Framework(
+        name="torchtune", python_gelu=False, loss_chunks=8, default_optimizer_impl="fused"
+    ),
+}

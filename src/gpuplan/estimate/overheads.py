@@ -1,0 +1,60 @@
+"""Runtime memory outside the model: CUDA context, cuBLAS workspaces, NCCL, allocator.
+
+Numbers and their sources (``reference/estimators.md``, section 6):
+
+* CUDA context: about 300 MB with lazy module loading (CUDA >= 11.7), reported
+  at 300-700 MB; it grows with SM count (pytorch/pytorch#107667, #20532,
+  ggml-org/llama.cpp#23604). We take 500 MiB unless a source for the setup
+  says otherwise. It appears in nvidia-smi, not in torch's counters.
+* cuBLAS workspace: 4 MiB per handle before Hopper, 32 MiB on Hopper and
+  Blackwell (pytorch/pytorch#120925); forward and the autograd thread each
+  hold a handle. Allocated through the caching allocator.
+* NCCL: about 1.6 GB for one communicator after an all-reduce, about 6 GB
+  with three or more (NVIDIA/nccl#864, #2363); allocated outside torch.
+* Caching allocator: segments are rounded and fragment; reserved exceeds
+  allocated. We use a fixed fraction fitted on published pairs of
+  allocated/reserved readings (see ``validation/memory.csv``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuplan.catalog.schema import GpuSpec
+
+MIB = 2**20
+CUDA_CONTEXT_BYTES = 500 * MIB
+ALLOCATOR_RESERVE_FRACTION = 0.06
+ALLOCATOR_RESERVE_MIN_BYTES = 256 * MIB
+NCCL_FIRST_COMMUNICATOR_BYTES = 1.6e9
+NCCL_MAX_BYTES = 6.0e9
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Overheads:
+    """Runtime overheads of one GPU process, bytes."""
+
+    cublas_workspace: float
+    allocator_reserve: float
+    cuda_context: float
+    nccl: float
+
+
+def cublas_workspace_bytes(gpu: GpuSpec | None) -> float:
+    """Two cuBLAS workspaces (forward stream and autograd thread)."""
+    cc = float(gpu.compute_capability) if gpu and gpu.compute_capability else 8.0
+    per_handle = 32 * MIB if cc >= 9.0 else 4 * MIB
+    return 2 * per_handle
+
+
+def nccl_bytes(communicators: int) -> float:
+    """NCCL buffers for this many communicators (0 on one GPU)."""
+    if communicators <= 0:
+        return 0.0
+    extra = (NCCL_MAX_BYTES - NCCL_FIRST_COMMUNICATOR_BYTES) / 2 * (communicators - 1)
+    return min(NCCL_MAX_BYTES, NCCL_FIRST_COMMUNICATOR_BYTES + extra)
+
+
+def allocator_reserve_bytes(allocated: float) -> float:
+    """Bytes the caching allocator holds beyond the allocated peak."""
+    return max(ALLOCATOR_RESERVE_MIN_BYTES, ALLOCATOR_RESERVE_FRACTION * allocated)

@@ -1,0 +1,192 @@
+"""Validation against published measurements: predicted vs measured, per row.
+
+Tables live in the repository's ``validation/`` folder (one CSV per
+estimator, a source per row). Each row names a job spec (a YAML flow mapping),
+the hardware, what was measured and how; rows the estimator cannot represent
+stay in the table with ``status=excluded`` and the reason, so the denominator
+is honest.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuplan.errors import GpuPlanError, SpecError
+
+UNIT_BYTES = {"B": 1, "MiB": 2**20, "GiB": 2**30, "MB": 10**6, "GB": 10**9}
+
+
+def default_table(name: str) -> Path:
+    """``validation/<name>.csv`` of the source checkout this package runs from."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "validation" / f"{name}.csv"
+        if candidate.is_file():
+            return candidate
+    raise SpecError(
+        f"--table: validation/{name}.csv not found next to this installation",
+        hint="run from a source checkout, or pass --table PATH",
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RowResult:
+    """One validation row: prediction, measurement and signed error."""
+
+    id: str
+    metric: str
+    predicted: float
+    measured: float
+    error: float | None
+    note: str = ""
+
+    @property
+    def abs_error(self) -> float | None:
+        """Absolute relative error, or None if the row failed."""
+        return None if self.error is None else abs(self.error)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """A whole table's results and summary statistics."""
+
+    table: str
+    rows: tuple[RowResult, ...]
+    excluded: tuple[tuple[str, str], ...]
+
+    @property
+    def errors(self) -> list[float]:
+        """Absolute relative errors of the rows that ran."""
+        return [r.abs_error for r in self.rows if r.abs_error is not None]
+
+    @property
+    def median_abs_error(self) -> float:
+        """Median absolute relative error (0.1 = 10%)."""
+        return statistics.median(self.errors) if self.errors else float("nan")
+
+    @property
+    def worst(self) -> RowResult | None:
+        """The row with the largest absolute error."""
+        done = [r for r in self.rows if r.abs_error is not None]
+        return max(done, key=lambda r: r.abs_error or 0.0) if done else None
+
+    @property
+    def under_predicted(self) -> int:
+        """Rows predicted more than 10% below the measurement (a dangerous 'fits')."""
+        return sum(1 for r in self.rows if r.error is not None and r.error < -0.10)
+
+    def summary(self) -> dict[str, Any]:
+        """Plain summary for JSON output."""
+        worst = self.worst
+        return {
+            "table": self.table,
+            "rows": len(self.rows),
+            "excluded": len(self.excluded),
+            "median_abs_error": self.median_abs_error,
+            "worst_abs_error": worst.abs_error if worst else None,
+            "worst_id": worst.id if worst else None,
+            "under_predicted_over_10pct": self.under_predicted,
+        }
+
+
+def read_table(path: Path) -> list[dict[str, str]]:
+    """Rows of a validation CSV."""
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    except OSError as exc:
+        raise SpecError(f"--table: cannot read {path}: {exc.strerror}") from exc
+
+
+def parse_row_spec(text: str, repo_root: Path) -> dict[str, Any]:
+    """The spec mapping of a row; model paths are relative to the repo root."""
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise SpecError(f"spec: expected a mapping, got {text!r}")
+    model = data.get("model")
+    if isinstance(model, str) and model.endswith(".json"):
+        data["model"] = str(repo_root / model)
+    return data
+
+
+def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float, str]]) -> Report:
+    """Run ``predict(row, repo_root) -> (bytes or value, note)`` on every ``ok`` row."""
+    repo_root = path.resolve().parent.parent
+    results: list[RowResult] = []
+    excluded: list[tuple[str, str]] = []
+    for row in read_table(path):
+        if row.get("status", "ok") != "ok":
+            excluded.append((row["id"], row.get("notes", "")))
+            continue
+        measured = float(row["measured"]) * UNIT_BYTES.get(row.get("unit", ""), 1)
+        try:
+            predicted, note = predict(row, repo_root)
+        except GpuPlanError as exc:
+            results.append(
+                RowResult(
+                    id=row["id"],
+                    metric=row["metric"],
+                    predicted=float("nan"),
+                    measured=measured,
+                    error=None,
+                    note=exc.one_line(),
+                )
+            )
+            continue
+        results.append(
+            RowResult(
+                id=row["id"],
+                metric=row["metric"],
+                predicted=predicted,
+                measured=measured,
+                error=(predicted - measured) / measured,
+                note=note,
+            )
+        )
+    return Report(table=str(path), rows=tuple(results), excluded=tuple(excluded))
+
+
+def predict_memory(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
+    """Predicted bytes of a memory row, in the row's metric."""
+    from gpuplan.catalog.loader import load_catalog
+    from gpuplan.estimate.fit import fit
+    from gpuplan.spec import parse_spec
+
+    spec = parse_spec(parse_row_spec(row["spec"], repo_root), origin=f"validation row {row['id']}")
+    cat = load_catalog(use_user=False)
+    context = float(row["cuda_context_mib"]) * 2**20 if row.get("cuda_context_mib") else None
+    result = fit(spec, cat.gpu(row["gpu"]), int(row["count"]), cuda_context_bytes=context)
+    m = result.memory
+    value = {
+        "allocated": m.peak_allocated_bytes,
+        "reserved": m.peak_reserved_bytes,
+        "device_used": m.device_used_bytes,
+    }.get(row["metric"])
+    if value is None:
+        raise SpecError(f"metric: {row['metric']!r} is not allocated, reserved or device_used")
+    return value, result.strategy.label()
+
+
+def format_rows(rows: Sequence[RowResult], scale: float, unit: str) -> list[list[str]]:
+    """Table cells for a report (predicted and measured in ``unit``)."""
+    out = []
+    for r in rows:
+        err = "failed" if r.error is None else f"{r.error:+.1%}"
+        out.append(
+            [
+                r.id,
+                r.metric,
+                f"{r.predicted / scale:.2f}",
+                f"{r.measured / scale:.2f}",
+                err,
+                r.note[:60],
+            ]
+        )
+    return out
