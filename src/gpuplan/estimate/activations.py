@@ -57,6 +57,8 @@ class Trainable:
     lora_roles: frozenset[str] = frozenset()
     lora_rank: int = 0
     lora_dropout: float = 0.0
+    adapter_bytes: int = 2
+    """Bytes per element of the LoRA adapter weights (PEFT keeps them in fp32)."""
     quantized_base: bool = False
     """bitsandbytes 4-bit linears (QLoRA): ``MatMul4Bit`` saves its input whenever the input
     needs a gradient, although the weight is frozen (bitsandbytes ``autograd/_functions.py``)."""
@@ -87,8 +89,10 @@ def _norm(shape: Shape, num: Numerics, tr: Trainable, where: str) -> list[Item]:
         # HF RMSNorm: x.to(float32); pow saves the fp32 x; weight * x.to(dtype) saves the cast
         items = [Item(name=f"{where} rmsnorm fp32 input", bytes_per_token=FP32 * h)]
         if tr.full:
+            # under autocast the residual stream is fp32 (fp32 params): the normalised copy is fp32
+            cast = FP32 if num.autocast else a
             items.append(
-                Item(name=f"{where} rmsnorm cast (for weight grad)", bytes_per_token=a * h)
+                Item(name=f"{where} rmsnorm normalised (for weight grad)", bytes_per_token=cast * h)
             )
         return items
     # native layer_norm saves its input (fp32 under autocast) plus mean/rstd
@@ -97,17 +101,40 @@ def _norm(shape: Shape, num: Numerics, tr: Trainable, where: str) -> list[Item]:
 
 
 def _linear_inputs(
-    roles: Iterable[str], width: int, num: Numerics, tr: Trainable, where: str
+    roles: Iterable[str],
+    width: int,
+    num: Numerics,
+    tr: Trainable,
+    where: str,
+    *,
+    fp32_input: bool = False,
 ) -> list[Item]:
-    """Input saved once for the linears sharing it, plus LoRA dropout copies."""
+    """Input saved once for the linears sharing it, plus LoRA dropout copies.
+
+    Under autocast an fp32 input (a norm output on the fp32 residual stream) is
+    cast separately by each linear that reads it, and each keeps its own copy.
+    """
     roles = list(roles)
     a = num.act_bytes
     items = []
-    if any(tr.saves_input(r) for r in roles):
-        items.append(Item(name=f"{where} input ({'/'.join(roles)})", bytes_per_token=a * width))
+    saving = [r for r in roles if tr.saves_input(r)]
+    if saving:
+        copies = len(saving) if (num.autocast and fp32_input and not num.compiled) else 1
+        items.append(
+            Item(name=f"{where} input ({'/'.join(saving)})", bytes_per_token=copies * a * width)
+        )
     lora = [r for r in roles if tr.lora_on(r)]
     if lora:
-        if tr.lora_dropout > 0:
+        mask = 1 if tr.lora_dropout > 0 else 0
+        if tr.adapter_bytes != a:
+            # PEFT casts each adapter's input to the adapter dtype; lora_A keeps that copy
+            items.append(
+                Item(
+                    name=f"{where} LoRA input casts ({'/'.join(lora)})",
+                    bytes_per_token=len(lora) * (tr.adapter_bytes + mask) * width,
+                )
+            )
+        elif mask:
             # each adapter applies its own dropout: output copy + 1-byte mask
             items.append(
                 Item(
@@ -131,7 +158,7 @@ def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool
     width_kv = shape.kv_heads * shape.head_dim
     items = _norm(shape, num, tr, "attn")
     qkv_roles = ("qkv",) if any(lin.role == "qkv" for lin in shape.linears) else ("q", "k", "v")
-    items += _linear_inputs(qkv_roles, h, num, tr, "attn qkv")
+    items += _linear_inputs(qkv_roles, h, num, tr, "attn qkv", fp32_input=True)
     repeat = shape.kv_heads < shape.heads and shape.family == "decoder"
     kv_saved = width_q if repeat else width_kv  # HF repeat_kv materialises full-width K/V
     if fused:
@@ -182,22 +209,27 @@ def _mlp(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
             Item(name="moe expert outputs (for routing-weight grad)", bytes_per_token=k * a * h)
         )
     else:
-        items += _linear_inputs(up_roles, h, num, tr, "mlp up")
+        items += _linear_inputs(up_roles, h, num, tr, "mlp up", fp32_input=True)
     if shape.gated and num.compiled:
         items.append(Item(name="mlp gate and up outputs (compiled)", bytes_per_token=k * 2 * a * f))
     elif shape.gated:
         # act(gate) * up: activation saves its input; the product saves both factors
         items.append(Item(name="mlp gate output (activation input)", bytes_per_token=k * a * f))
         items.append(Item(name="mlp activation output + up output", bytes_per_token=k * 2 * a * f))
+    elif (
+        num.python_gelu
+        and not num.compiled
+        and shape.activation in ("gelu_new", "gelu_fast", "gelu_python")
+    ):
+        # 0.5*x*(1+tanh(c*(x+0.044715x^3))) in Python keeps x (for pow), tanh, 1+tanh and 0.5x;
+        # under CUDA autocast pow runs in fp32, so x, tanh and 1+tanh are fp32 copies
+        wide = FP32 if num.autocast else a
+        items.append(Item(name="mlp fc1 output (pow input)", bytes_per_token=k * wide * f))
+        items.append(
+            Item(name="mlp python gelu tanh, 1+tanh, 0.5x", bytes_per_token=k * (2 * wide + a) * f)
+        )
     else:
         items.append(Item(name="mlp fc1 output (activation input)", bytes_per_token=k * a * f))
-        if (
-            num.python_gelu
-            and not num.compiled
-            and shape.activation in ("gelu_new", "gelu_fast", "gelu_python")
-        ):
-            # 0.5*x*(1+tanh(c*(x+0.044715x^3))) in Python keeps tanh, 0.5x and 1+tanh
-            items.append(Item(name="mlp python gelu intermediates", bytes_per_token=k * 3 * a * f))
     down_roles = ("down",) if shape.gated else ("fc2",)
     down = _linear_inputs(down_roles, f, num, tr, "mlp down")
     if num.compiled:  # the down-projection input is a pointwise product: recomputed

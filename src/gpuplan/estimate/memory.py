@@ -196,12 +196,22 @@ def estimate_memory(
     else:
         adapters = adapter_params_per_layer(shape, job.lora_roles, job.lora_rank) * layers / st.tp
         trainable = adapters
+        # PEFT (framework hf) upcasts adapters to fp32 (autocast_adapter_dtype=True, the
+        # default); litgpt and torchtune keep them in the model dtype
+        adapter_b = (
+            4
+            if job.framework == "hf"
+            or job.precision.endswith("-mixed")
+            or job.precision in ("fp32", "tf32")
+            else 2
+        )
         tr = Trainable(
             full=False,
             lora_roles=job.lora_roles,
             lora_rank=job.lora_rank,
             lora_dropout=job.lora_dropout,
             quantized_base=job.method == "qlora",
+            adapter_bytes=adapter_b,
         )
         base_b = 4 if job.precision in ("fp32", "tf32") else 2
         if job.method == "qlora":
@@ -218,9 +228,6 @@ def estimate_memory(
             )
         else:
             d["weights: frozen base"] = stage_p * base_b / shard_p
-        adapter_b = (
-            4 if job.precision.endswith("-mixed") or job.precision in ("fp32", "tf32") else 2
-        )
         d["weights: LoRA adapters"] = adapters * adapter_b
         state_b = grad_b = adapter_b
         master_b = 0

@@ -58,6 +58,19 @@ _FP32 = {
 class CudaAutocast(TorchFunctionMode):
     """Emulate ``torch.autocast("cuda", dtype)`` for any device, meta included."""
 
+    active: torch.dtype | None = None
+    """The low-precision dtype while a CudaAutocast is entered (read by the fused-attention shim,
+    which calls aten kernels directly: SDPA is on autocast's lower-precision list)."""
+
+    def __enter__(self) -> CudaAutocast:
+        CudaAutocast.active = self.dtype
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        CudaAutocast.active = None
+        super().__exit__(*exc)
+
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()
         self.dtype = dtype

@@ -42,12 +42,13 @@ class TraceResult:
 def _require_torch() -> Any:
     try:
         import torch
-        import transformers  # noqa: F401
+        import transformers
     except ImportError as exc:
         raise MissingInputError(
             "--trace: needs torch and transformers",
             hint="pip install 'gpuplan[trace]' (install torch==2.13.0 first for the CPU build)",
         ) from exc
+    transformers.logging.set_verbosity_error()  # its notices would corrupt --json output
     return torch
 
 
@@ -84,6 +85,10 @@ def _register_fused_attention() -> str:
         is_causal: bool | None = None,
         **_: Any,
     ) -> tuple[Any, None]:
+        from gpuplan.trace.autocast import CudaAutocast
+
+        if CudaAutocast.active is not None:  # SDPA is on CUDA autocast's lower-precision list
+            query, key, value = (t.to(CudaAutocast.active) for t in (query, key, value))
         n_rep = query.shape[1] // key.shape[1]
         if n_rep > 1:  # as transformers' sdpa path does (repeat_kv)
             b, kvh, s, d = key.shape
@@ -223,6 +228,15 @@ def _trace_once(
     ids = torch.randint(0, vocab, (batch, seq), device="meta")
     tracker = MemTracker()
     tracker.track_external(model, opt)
+
+    class _NoHook:
+        def remove(self) -> None:
+            """Nothing to remove: frozen parameters get no gradient hook."""
+
+    # MemTracker hooks every parameter's gradient; frozen (LoRA base) ones cannot take a hook
+    for param in model.parameters():
+        if not param.requires_grad:
+            tracker._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())  # type: ignore[assignment]
     cast = CudaAutocast(low[spec.compute_dtype]) if mixed else None
     peak = 0.0
     at_peak: dict[str, float] = {}

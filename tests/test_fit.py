@@ -1,0 +1,177 @@
+"""Fit: analytic memory model, the estimate JSON contract, and bad-spec errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuplan.catalog.loader import load_catalog
+from gpuplan.errors import GpuPlanError
+from gpuplan.estimate.activations import Numerics, Trainable, layer_items
+from gpuplan.estimate.fit import fit, model_shape
+from gpuplan.spec import parse_spec
+
+EX = Path(__file__).resolve().parents[1] / "examples"
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def cat():  # type: ignore[no-untyped-def]
+    return load_catalog(use_user=False)
+
+
+def spec(**kw: object):  # type: ignore[no-untyped-def]
+    base: dict[str, object] = {"model": "llama-3-8b", "seq_len": 2048, "precision": "bf16-true"}
+    base.update(kw)
+    return parse_spec(base)
+
+
+def test_llama3_8b_layer_activations_match_the_trace() -> None:
+    """54 sbh bytes per layer: what a meta-device trace of the HF model keeps (bf16)."""
+    shape = model_shape("llama-3-8b")
+    items = layer_items(
+        shape,
+        Numerics(act_bytes=2, autocast=False),
+        Trainable(full=True),
+        seq=2048,
+        fused_attention=True,
+    )
+    per_sbh = sum(i.bytes_per_token for i in items) / shape.hidden
+    assert per_sbh == pytest.approx(54.0, abs=0.2)
+
+
+def test_full_bf16_adamw_peaks_at_the_optimizer_step(cat) -> None:  # type: ignore[no-untyped-def]
+    """8.03B params x (2 weights + 2 grads + 4 AdamW state + 2 foreach temp) bytes."""
+    r = fit(spec(micro_batch_size=1), cat.gpu("H100-SXM"), 1)
+    assert r.memory.peak_phase == "optimizer step"
+    expected = 8_030_261_248 * 10
+    model_part = r.memory.peak_allocated_bytes - r.memory.details["overhead: cuBLAS workspaces"]
+    assert model_part == pytest.approx(expected, rel=1e-6)
+    assert not r.memory.fits  # 74.8 GiB + overheads > 95% of 80 GB
+
+
+def test_zero3_divides_model_states(cat) -> None:  # type: ignore[no-untyped-def]
+    one = fit(spec(parallelism={"sharding": "none"}), cat.gpu("H100"), 1).memory
+    eight = fit(spec(parallelism={"sharding": "zero3"}), cat.gpu("H100"), 8).memory
+    assert eight.details["optimizer: state"] == pytest.approx(one.details["optimizer: state"] / 8)
+    assert eight.details["gradients"] == pytest.approx(one.details["gradients"] / 8)
+    assert eight.device_used_bytes < one.device_used_bytes
+
+
+def test_checkpointing_and_lora_reduce_memory(cat) -> None:  # type: ignore[no-untyped-def]
+    gpu = cat.gpu("A100-80GB")
+    base = fit(spec(micro_batch_size=4), gpu).memory.details["activations: saved for backward"]
+    ckpt = fit(spec(micro_batch_size=4, activation_checkpointing="full"), gpu).memory
+    assert ckpt.details["activations: saved for backward"] < base / 5
+    lora = fit(spec(method="lora", micro_batch_size=4), gpu).memory
+    qlora = fit(spec(method="qlora", micro_batch_size=4), gpu).memory
+    assert qlora.breakdown["weights"] < lora.breakdown["weights"] / 2
+
+
+def test_qlora_weights_use_nf4_with_double_quant(cat) -> None:  # type: ignore[no-untyped-def]
+    r = fit(spec(method="qlora"), cat.gpu("A10"))
+    shape = model_shape("llama-3-8b")
+    linear = shape.params_linear_per_layer * shape.layers
+    assert r.memory.details["weights: NF4 base linears"] == pytest.approx(linear * 4.127 / 8)
+
+
+@settings(max_examples=30, deadline=None)
+@given(mb=st.integers(1, 16), extra=st.integers(1, 16))
+def test_memory_grows_with_micro_batch(mb: int, extra: int) -> None:
+    gpu = load_catalog(use_user=False).gpu("H200")
+    small = fit(spec(micro_batch_size=mb, method="lora"), gpu).memory.peak_allocated_bytes
+    big = fit(spec(micro_batch_size=mb + extra, method="lora"), gpu).memory.peak_allocated_bytes
+    assert big > small
+
+
+def test_max_micro_batch_is_the_boundary(cat) -> None:  # type: ignore[no-untyped-def]
+    gpu = cat.gpu("A100-80GB")
+    r = fit(spec(method="lora", activation_checkpointing="full"), gpu)
+    assert r.max_micro_batch >= 1
+    at = fit(
+        spec(method="lora", activation_checkpointing="full", micro_batch_size=r.max_micro_batch),
+        gpu,
+    )
+    over = fit(
+        spec(
+            method="lora", activation_checkpointing="full", micro_batch_size=r.max_micro_batch + 1
+        ),
+        gpu,
+    )
+    assert at.memory.fits and not over.memory.fits
+
+
+@pytest.mark.parametrize(
+    ("kw", "gpu", "field"),
+    [
+        ({"precision": "fp8-mixed"}, "A100-80GB", "precision"),
+        ({"precision": "bf16-mixed"}, "V100-16GB", "precision"),
+        ({"seq_len": None}, "H100", "seq_len"),
+        ({"lora": {"targets": ["nonexistent_proj"]}, "method": "lora"}, "H100", "lora.targets"),
+        ({"parallelism": {"tp": 3}}, "H100", "parallelism"),
+    ],
+)
+def test_bad_specs_give_one_line_errors(cat, kw, gpu, field) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(GpuPlanError) as info:
+        fit(spec(**kw), cat.gpu(gpu), 8 if "parallelism" in kw else 1)
+    assert info.value.one_line().startswith(field) or f"{field}:" in info.value.one_line()
+
+
+def test_estimate_json_contract(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli(
+        "estimate", str(EX / "llama3-8b-lora.yaml"), "--gpu", "A100-80GB", "--count", "8", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) >= {"gpu", "count", "strategy", "memory", "time"}
+    assert data["gpu"] == "A100-80GB" and data["count"] == 8
+    assert set(data["strategy"]) >= {
+        "sharding",
+        "tp",
+        "pp",
+        "micro_batch_size",
+        "activation_checkpointing",
+    }
+    mem = data["memory"]
+    for key in (
+        "peak_allocated_bytes",
+        "peak_reserved_bytes",
+        "device_used_bytes",
+        "capacity_bytes",
+    ):
+        assert isinstance(mem[key], int) and mem[key] > 0
+    assert mem["peak_allocated_bytes"] <= mem["peak_reserved_bytes"] <= mem["device_used_bytes"]
+    assert isinstance(mem["fits"], bool) and isinstance(mem["max_micro_batch"], int)
+    assert set(mem["breakdown"]) == {"weights", "gradients", "optimizer", "activations", "overhead"}
+    assert sum(mem["breakdown"].values()) == pytest.approx(mem["device_used_bytes"], abs=8)
+
+
+def test_fit_table_lists_every_gpu(cli, cat) -> None:  # type: ignore[no-untyped-def]
+    result = cli("fit", str(EX / "llama3-8b-lora.yaml"), "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert {r["gpu"] for r in rows} == {g.id for g in cat.gpus}
+    by_gpu = {r["gpu"]: r for r in rows}
+    assert by_gpu["H200"]["fits"] and not by_gpu["T4"]["fits"]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("model: not-a-model\nseq_len: 128\n", "unknown"),
+        ("model: llama-3-8b\nseq_len: 128\nmicro_batch_size: 0\n", "micro_batch_size"),
+        ("model: llama-3-8b\nseq_len: 128\nprecision: fp8-mixed\n", "precision"),
+        ("model: [llama\n", "malformed YAML"),
+    ],
+)
+def test_cli_bad_spec_exit_2_one_line(cli, tmp_path, text, needle) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    result = cli("fit", str(path), "--gpu", "A100-80GB")
+    assert result.exit_code == 2
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in result.output
