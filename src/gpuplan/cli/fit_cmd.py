@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
     """Attach ``fit`` and ``estimate`` to the top-level app."""
     app.command("fit")(fit_command)
     app.command("estimate")(estimate_command)
+    app.command("scale")(scale_command)
 
 
 def _gib(n: float) -> str:
@@ -161,31 +162,251 @@ def _print_breakdown(result: Any) -> None:
         out.print(f"  assumption: {a}")
 
 
+GpnOpt = Annotated[
+    int | None,
+    typer.Option("--gpus-per-node", min=1, help="GPUs per node (default 8, or the count)."),
+]
+IntraOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--intra-node",
+        help="Intra-node link: nvswitch, nvlink, pcie (default: the GPU's usual board).",
+    ),
+]
+InterOpt = Annotated[
+    float | None, typer.Option("--inter-node-gbps", min=0, help="Network per node, Gbit/s.")
+]
+FabricOpt = Annotated[
+    str | None, typer.Option("--fabric", help="Inter-node fabric: ib, roce, efa, ethernet.")
+]
+OfferingOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--offering",
+        help="PROVIDER:INSTANCE from the catalog; takes GPU, node size and network from it.",
+    ),
+]
+NodesOpt = Annotated[
+    int | None, typer.Option("--nodes", min=1, help="Nodes of --offering (default 1).")
+]
+
+_FABRICS = {
+    "ib": "infiniband",
+    "infiniband": "infiniband",
+    "roce": "roce",
+    "efa": "efa",
+    "ethernet": "ethernet",
+}
+_INTRA = ("nvswitch", "nvlink", "pcie", "infinity-fabric", "none")
+
+
+def resolve_hardware(
+    cat: Any,
+    gpu: str | None,
+    count: int | None,
+    gpus_per_node: int | None,
+    intra_node: str | None,
+    inter_node_gbps: float | None,
+    fabric: str | None,
+    offering: str | None,
+    nodes: int | None,
+) -> tuple[Any, int, Any]:
+    """(GpuSpec, GPU count, Topology) from either --gpu/--count or --offering/--nodes."""
+    from gpuplan.errors import SpecError
+    from gpuplan.estimate.configure import default_topology
+
+    if fabric is not None and fabric.lower() not in _FABRICS:
+        raise SpecError(f"--fabric: unknown {fabric!r}; allowed: ib, roce, efa, ethernet")
+    fab = _FABRICS[fabric.lower()] if fabric else None
+    if intra_node is not None and intra_node not in _INTRA:
+        raise SpecError(f"--intra-node: unknown {intra_node!r}; allowed: {', '.join(_INTRA)}")
+    if offering is not None:
+        provider, sep, instance = offering.partition(":")
+        if not sep:
+            raise SpecError(
+                f"--offering: expected PROVIDER:INSTANCE, got {offering!r}",
+                hint="see `gpuplan catalog offerings`",
+            )
+        off = cat.offering(provider, instance)
+        per_node = int(off.gpu_count) if off.gpu_count >= 1 else 1
+        k = nodes or 1
+        topo = default_topology(
+            cat.gpu(off.gpu),
+            per_node * k,
+            gpus_per_node=per_node,
+            intra_node=off.intra_node,
+            inter_node_gbps=off.inter_node_gbps,
+            fabric=off.fabric,
+            hosting=off.hosting,
+        )
+        return cat.gpu(off.gpu), per_node * k, topo
+    if gpu is None:
+        raise SpecError(
+            "--gpu: required (or --offering PROVIDER:INSTANCE)", hint="gpuplan catalog gpus"
+        )
+    spec_gpu = cat.gpu(gpu)
+    n = count or 1
+    topo = default_topology(
+        spec_gpu,
+        n,
+        gpus_per_node=gpus_per_node,
+        intra_node=intra_node,
+        inter_node_gbps=inter_node_gbps,
+        fabric=fab,
+    )
+    return spec_gpu, n, topo
+
+
 def estimate_command(
     spec_path: SpecArg,
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU id or alias, e.g. H100-SXM.")],
-    count: Annotated[int, typer.Option("--count", min=1, help="Total GPUs.")] = 1,
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="GPU id or alias, e.g. H100-SXM.")
+    ] = None,
+    count: Annotated[
+        int | None, typer.Option("--count", min=1, help="Total GPUs (default 1).")
+    ] = None,
+    gpus_per_node: GpnOpt = None,
+    intra_node: IntraOpt = None,
+    inter_node_gbps: InterOpt = None,
+    fabric: FabricOpt = None,
+    offering: OfferingOpt = None,
+    nodes: NodesOpt = None,
     margin: MarginOpt = 0.05,
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
 ) -> None:
-    """One configuration: memory per GPU (and, once the speed model lands, time)."""
+    """One configuration: per-GPU memory, step time, throughput, MFU, scaling and time-to-train."""
     from gpuplan.catalog.loader import load_catalog
-    from gpuplan.estimate.fit import fit
+    from gpuplan.estimate.configure import configure
     from gpuplan.spec import load_spec
 
     spec = load_spec(spec_path, overrides or [])
     cat = load_catalog(catalog)
-    result = fit(spec, cat.gpu(gpu), count, margin=margin)
+    gspec, n, topo = resolve_hardware(
+        cat, gpu, count, gpus_per_node, intra_node, inter_node_gbps, fabric, offering, nodes
+    )
+    conf = configure(spec, gspec, n, topo, margin=margin)
     payload = {
-        "gpu": result.gpu.id,
-        "count": count,
-        "strategy": result.strategy.as_contract(),
-        "memory": result.as_contract(),
-        "time": None,
+        "gpu": gspec.id,
+        "count": n,
+        "strategy": conf.strategy.as_contract(),
+        "memory": conf.fit.as_contract(),
+        "time": conf.time.as_contract(),
+        "topology": {
+            "gpus_per_node": topo.gpus_per_node,
+            "intra_node": topo.intra_node,
+            "inter_node_gbps": topo.inter_node_gbps,
+            "fabric": topo.fabric,
+            "hosting": topo.hosting,
+        },
     }
     if json_out:
         print_json(payload)
         return
-    _print_breakdown(result)
+    _print_breakdown(conf.fit)
+    _print_time(conf)
+
+
+def _print_time(conf: Any) -> None:
+    from rich.table import Table
+
+    from gpuplan.units import format_duration
+
+    t = conf.time
+    out = console()
+    table = Table(
+        title=f"step time on {conf.topology.gpus} GPU(s) ({conf.topology.intra_node}"
+        + (
+            f", {conf.topology.inter_node_gbps:g} Gbit/s {conf.topology.fabric}"
+            if conf.topology.nodes > 1 and conf.topology.inter_node_gbps
+            else ""
+        )
+        + ")"
+    )
+    table.add_column("part")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    for key, value in t.parts.items():
+        if value > 0:
+            table.add_row(key, f"{value:.3f}", f"{value / t.step_time_s:.0%}")
+    table.add_row("[bold]step[/bold]", f"{t.step_time_s:.3f}", "100%")
+    out.print(table)
+    tok = (
+        f"{t.tokens_per_s:,.0f} tokens/s ({t.tokens_per_s_per_gpu:,.0f}/GPU), "
+        if t.tokens_per_s
+        else ""
+    )
+    out.print(
+        f"throughput: {tok}{t.samples_per_s:,.1f} samples/s; MFU {t.mfu:.1%}; exposed communication "
+        f"{t.comm_fraction:.0%} of the step; scaling efficiency {t.scaling_efficiency:.0%}"
+    )
+    if t.time_to_train_s is not None:
+        out.print(
+            f"time to train: {format_duration(t.time_to_train_s)} ({t.gpu_hours:,.0f} GPU-hours)"
+        )
+    else:
+        out.print("time to train: give `work` in the spec ({tokens}, {samples, epochs} or {steps})")
+    for a in t.assumptions:
+        out.print(f"  assumption: {a}")
+
+
+def scale_command(
+    spec_path: SpecArg,
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU id or alias.")],
+    max_gpus: Annotated[
+        int, typer.Option("--max-gpus", min=1, help="Largest count to try (powers of two).")
+    ] = 64,
+    inter_node_gbps: Annotated[
+        float,
+        typer.Option("--inter-node-gbps", min=1, help="Network per node for multi-node counts."),
+    ] = 400.0,
+    overrides: SetOpt = None,
+    json_out: JsonOpt = False,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Throughput and scaling efficiency at 1, 2, 4 ... GPUs for each interconnect."""
+    from gpuplan.catalog.loader import load_catalog
+    from gpuplan.estimate.scale import scale_table
+    from gpuplan.spec import load_spec
+
+    spec = load_spec(spec_path, overrides or [])
+    cat = load_catalog(catalog)
+    rows = scale_table(spec, cat.gpu(gpu), max_gpus=max_gpus, inter_node_gbps=inter_node_gbps)
+    if json_out:
+        print_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table(
+        title=f"scaling of {spec.model} on {cat.gpu(gpu).id} (per-GPU throughput vs the smallest count)"
+    )
+    for col in (
+        "GPUs",
+        "interconnect",
+        "samples/s",
+        "tokens/s/GPU",
+        "MFU",
+        "scaling eff.",
+        "comm share",
+        "strategy",
+    ):
+        table.add_column(col)
+    for r in rows:
+        if r.get("error"):
+            table.add_row(
+                str(r["gpus"]), r["interconnect"], "-", "-", "-", "-", "-", r["error"][:50]
+            )
+            continue
+        tpg = r["tokens_per_s_per_gpu"]
+        table.add_row(
+            str(r["gpus"]),
+            r["interconnect"],
+            f"{r['samples_per_s']:,.1f}",
+            f"{tpg:,.0f}" if tpg else "-",
+            f"{r['mfu']:.1%}",
+            f"{r['scaling_efficiency']:.0%}",
+            f"{r['comm_fraction']:.0%}",
+            r["strategy"],
+        )
+    console().print(table)

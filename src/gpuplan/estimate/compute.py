@@ -1,0 +1,203 @@
+"""Compute time of one training step on one GPU, operator by operator.
+
+Each operator's time is ``max(FLOPs / (peak x efficiency), bytes / (HBM x
+efficiency)) + kernel overhead`` (a roofline with achieved, not datasheet,
+ceilings). GEMM efficiency depends on size: ``gemm x F / (F + F_half)`` for an
+operator of F FLOPs, so small GEMMs reach less than large ones. Backward costs
+twice the forward GEMM FLOPs (input and weight gradients; only the input
+gradient for frozen weights); fused attention's backward costs 2.5x its forward
+(it recomputes the scores). Element-wise work (norms, activations, dropout,
+residuals) is memory-bound: its traffic is taken as the saved activations
+written and read in forward and read again in backward. Full activation
+checkpointing reruns each layer's forward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuplan.catalog.schema import GpuSpec
+from gpuplan.estimate.activations import Item, Trainable
+from gpuplan.estimate.calibration import ArchEfficiency
+from gpuplan.estimate.shape import Shape
+from gpuplan.estimate.strategy import Strategy
+
+FLASH_BWD_FACTOR = 2.5
+"""FlashAttention backward FLOPs / forward FLOPs (Dao, "FlashAttention-2", 2023: 5 matmuls vs 2)."""
+ATTENTION_EFFICIENCY = 0.75
+"""Fused attention kernels reach this fraction of the GEMM efficiency (FlashAttention-2/3 papers
+report 50-75% of peak, below cuBLAS GEMMs)."""
+ELEMENTWISE_PASSES = 3.0
+"""Saved activations are written and read in forward, read again in backward."""
+KERNELS_PER_LAYER = 40
+"""Kernel launches per transformer layer for forward + backward in eager PyTorch."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ComputeTime:
+    """Per-micro-batch (layers, head) and per-step (optimizer) compute, seconds and FLOPs."""
+
+    layer_s: float
+    head_s: float
+    optimizer_s: float
+    model_flops_per_micro_batch: float
+    hardware_flops_per_micro_batch: float
+    parts: dict[str, float]
+
+
+def _gemm_time(flops: float, nbytes: float, peak: float, bw: float, eff: ArchEfficiency) -> float:
+    if flops <= 0:
+        return 0.0
+    e = eff.gemm * flops / (flops + eff.gemm_half_size)
+    return max(flops / (peak * e), nbytes / (bw * eff.hbm))
+
+
+def peak_flops(gpu: GpuSpec, dtype: str) -> float:
+    """Dense peak FLOP/s of ``gpu`` in ``dtype`` (fp8 falls back to bf16 where absent)."""
+    table = gpu.peak_tflops_dense
+    value = table.get(dtype) or table.get("bf16") or table.get("fp16") or table["fp32"]  # type: ignore[call-overload]
+    return float(value) * 1e12
+
+
+def transformer_step(
+    shape: Shape,
+    gpu: GpuSpec,
+    st: Strategy,
+    *,
+    seq: int,
+    dtype: str,
+    act_bytes: int,
+    tr: Trainable,
+    items: list[Item],
+    eff: ArchEfficiency,
+    fused_attention: bool,
+    trainable_params_per_gpu: float,
+    optimizer_bytes_per_param: float,
+) -> ComputeTime:
+    """Compute time of the worst pipeline stage for one micro-batch, and of the optimizer step."""
+    peak = peak_flops(gpu, dtype)
+    bw = gpu.memory_bandwidth_gb_per_s * 1e9
+    a = act_bytes
+    tokens = st.micro_batch_size * seq
+    tp = st.tp
+    layers = -(-shape.layers // st.pp)
+    k_routed = shape.experts_per_token if shape.num_experts > 1 else 1
+    gemm_fwd = gemm_bwd = 0.0
+    t_gemm = 0.0
+    for lin in shape.linears:
+        if lin.role == "router":
+            per_token = 2 * lin.in_features * lin.out_features
+            copies = 1
+        else:
+            copies = k_routed if lin.count > 1 else 1
+            per_token = 2 * lin.in_features * lin.out_features / tp
+        flops = per_token * tokens * copies
+        nbytes = (
+            tokens * (lin.in_features + lin.out_features / tp) * copies
+            + lin.in_features * lin.out_features / tp
+        ) * a
+        bwd_mult = 2.0 if tr.full else 1.0  # frozen base: input gradient only
+        gemm_fwd += flops
+        gemm_bwd += flops * bwd_mult
+        t_gemm += _gemm_time(flops, nbytes, peak, bw, eff) * (1 + bwd_mult)
+    # attention core (per layer, causal halves the work with flash)
+    width_q = shape.heads * shape.head_dim / tp
+    attn_fwd = (
+        4 * st.micro_batch_size * seq * seq * width_q * (0.5 if shape.family == "decoder" else 1.0)
+    )
+    if fused_attention:
+        att_eff = dataclasses.replace(eff, gemm=eff.gemm * ATTENTION_EFFICIENCY)
+        t_attn = _gemm_time(attn_fwd * (1 + FLASH_BWD_FACTOR), 0.0, peak, bw, att_eff)
+        attn_hw = attn_fwd * (1 + FLASH_BWD_FACTOR)
+    else:
+        sq_bytes = (
+            st.micro_batch_size * shape.heads / tp * seq * seq * 4 * 6
+        )  # scores, softmax, dropout passes
+        t_attn = 3 * _gemm_time(attn_fwd, sq_bytes / 3, peak, bw, eff)
+        attn_hw = attn_fwd * 3
+    saved = sum(i.bytes_per_token for i in items) / tp * tokens
+    t_elem = ELEMENTWISE_PASSES * saved / (bw * eff.hbm)
+    t_launch = KERNELS_PER_LAYER * eff.kernel_overhead_s
+    layer_fwd_share = t_gemm / 3 + t_attn / (1 + FLASH_BWD_FACTOR) + t_elem / 3
+    per_layer = t_gemm + t_attn + t_elem + t_launch
+    if st.activation_checkpointing == "full":
+        per_layer += layer_fwd_share
+    elif st.activation_checkpointing == "selective":
+        per_layer += t_attn / (1 + FLASH_BWD_FACTOR)
+    layer_s = layers * per_layer
+    # LM head + loss on the last stage (vocab-parallel under TP)
+    head_s = 0.0
+    head_flops = 0.0
+    if shape.family == "decoder" and shape.vocab:
+        head_flops = 2 * tokens * shape.hidden * shape.vocab / tp
+        head_bwd = 2.0 if tr.full else 1.0
+        head_bytes = (
+            tokens * (shape.hidden + shape.vocab / tp) + shape.hidden * shape.vocab / tp
+        ) * a
+        head_s = _gemm_time(head_flops, head_bytes, peak, bw, eff) * (1 + head_bwd)
+        head_s += 3 * tokens * shape.vocab / tp * 4 / (bw * eff.hbm)  # fp32 loss passes
+        head_flops *= 1 + head_bwd
+    opt_s = trainable_params_per_gpu * optimizer_bytes_per_param / (bw * eff.hbm)
+    model = layers * (3 * gemm_fwd + 3 * attn_fwd) + (head_flops if tr.full else head_flops * 1.5)
+    hw = layers * (gemm_fwd + gemm_bwd + attn_hw) + head_flops
+    return ComputeTime(
+        layer_s=layer_s,
+        head_s=head_s,
+        optimizer_s=opt_s,
+        model_flops_per_micro_batch=model,
+        hardware_flops_per_micro_batch=hw,
+        parts={
+            "gemm": layers * t_gemm,
+            "attention": layers * t_attn,
+            "elementwise": layers * t_elem,
+            "kernel launches": layers * t_launch,
+            "recompute": layer_s - layers * (t_gemm + t_attn + t_elem + t_launch),
+            "lm head + loss": head_s,
+        },
+    )
+
+
+def cnn_step(
+    shape: Shape,
+    gpu: GpuSpec,
+    st: Strategy,
+    *,
+    dtype: str,
+    act_bytes: int,
+    eff: ArchEfficiency,
+    image_scale: float,
+    trainable_params_per_gpu: float,
+    optimizer_bytes_per_param: float,
+) -> ComputeTime:
+    """Compute time of a CNN micro-batch: convolutions as GEMMs, BN/ReLU memory-bound."""
+    peak = peak_flops(gpu, dtype)
+    bw = gpu.memory_bandwidth_gb_per_s * 1e9
+    b = st.micro_batch_size
+    t = 0.0
+    fwd = 0.0
+    elem_bytes = 0.0
+    launches = 0
+    for layer in shape.cnn_layers:
+        flops = layer.forward_flops * b * image_scale
+        if layer.kind in ("conv", "linear"):
+            nbytes = (
+                2 * layer.output_elements * b * image_scale
+            ) * act_bytes + layer.params * act_bytes
+            t += 3 * _gemm_time(flops, nbytes, peak, bw, eff)
+            fwd += flops
+        else:
+            elem_bytes += layer.output_elements * b * image_scale * act_bytes * 4
+        launches += 3
+    t += elem_bytes / (bw * eff.hbm) + launches * eff.kernel_overhead_s
+    opt_s = trainable_params_per_gpu * optimizer_bytes_per_param / (bw * eff.hbm)
+    return ComputeTime(
+        layer_s=t,
+        head_s=0.0,
+        optimizer_s=opt_s,
+        model_flops_per_micro_batch=3 * fwd,
+        hardware_flops_per_micro_batch=3 * fwd,
+        parts={
+            "convolutions": t - elem_bytes / (bw * eff.hbm),
+            "elementwise": elem_bytes / (bw * eff.hbm),
+        },
+    )

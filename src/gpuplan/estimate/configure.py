@@ -1,0 +1,206 @@
+"""Choose the fastest strategy that fits, for a spec on N GPUs of one type and topology.
+
+With ``parallelism: auto`` the search covers sharding stage, tensor and
+pipeline degrees, micro-batch size and activation checkpointing; with an
+explicit parallelism only the micro-batch and checkpointing given are used.
+Every candidate is checked for memory first; the fastest that fits wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuplan.catalog.schema import GpuSpec
+from gpuplan.errors import InfeasibleError
+from gpuplan.estimate import comm
+from gpuplan.estimate.fit import (
+    FitResult,
+    candidate_strategies,
+    check_precision,
+    max_micro_batch,
+    memory_job,
+    model_shape,
+)
+from gpuplan.estimate.memory import DEFAULT_SAFETY_MARGIN, estimate_memory
+from gpuplan.estimate.speed import TimeEstimate, estimate_time
+from gpuplan.estimate.strategy import Strategy, grad_accum_for
+from gpuplan.spec import JobSpec, ParallelismSpec
+
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Configuration:
+    """A strategy with its memory verdict and time estimate."""
+
+    fit: FitResult
+    time: TimeEstimate
+    topology: comm.Topology
+
+    @property
+    def strategy(self) -> Strategy:
+        """The chosen strategy."""
+        return self.fit.strategy
+
+
+def default_topology(
+    gpu: GpuSpec,
+    count: int,
+    *,
+    gpus_per_node: int | None = None,
+    intra_node: str | None = None,
+    inter_node_gbps: float | None = None,
+    fabric: str | None = None,
+    hosting: str = "bare-metal",
+) -> comm.Topology:
+    """The usual board for a GPU: SXM/OAM parts on NVSwitch (or Infinity Fabric), PCIe cards on PCIe."""
+    gpn = gpus_per_node or min(count, 8)
+    if intra_node is None:
+        if gpn <= 1:
+            intra_node = "none"
+        elif gpu.form_factor in ("sxm", "superchip"):
+            intra_node = "nvswitch"
+        elif gpu.form_factor == "oam":
+            intra_node = "infinity-fabric"
+        else:
+            intra_node = "pcie"
+    return comm.Topology(
+        gpus=count,
+        gpus_per_node=gpn,
+        intra_node=intra_node,
+        inter_node_gbps=inter_node_gbps,
+        fabric=fabric,
+        hosting=hosting,
+    )
+
+
+def _candidates(spec: JobSpec, count: int, gpus_per_node: int) -> list[Strategy]:
+    shape = model_shape(spec.model)
+    base = candidate_strategies(spec, count, shape, gpus_per_node)
+    if isinstance(spec.parallelism, ParallelismSpec):
+        return base
+    ckpts = (
+        ["none", "full"]
+        if spec.activation_checkpointing == "none"
+        else [spec.activation_checkpointing]
+    )
+    if spec.activation_checkpointing == "selective":
+        ckpts = ["selective", "full"]
+    out: list[Strategy] = []
+    layouts = {(s.sharding, s.tp, s.pp, s.dp) for s in base}
+    for sharding, tp, pp, dp in sorted(layouts):
+        for mb in sorted(set(MICRO_BATCHES) | {spec.micro_batch_size}):
+            ga = grad_accum_for(spec.global_batch_size, mb, dp)
+            if ga is None:
+                continue
+            for ckpt in ckpts:
+                out.append(
+                    Strategy(
+                        sharding=sharding,
+                        tp=tp,
+                        pp=pp,
+                        dp=dp,
+                        micro_batch_size=mb,
+                        grad_accum=ga,
+                        activation_checkpointing=ckpt,
+                        offload=spec.offload,
+                    )
+                )
+    return out
+
+
+def configure(
+    spec: JobSpec,
+    gpu: GpuSpec,
+    count: int,
+    topo: comm.Topology | None = None,
+    *,
+    margin: float = DEFAULT_SAFETY_MARGIN,
+    capacity: float | None = None,
+    with_scaling: bool = True,
+) -> Configuration:
+    """The fastest configuration of ``spec`` on ``count`` x ``gpu`` that fits in memory.
+
+    Raises:
+        InfeasibleError: no candidate fits (the message says the closest).
+    """
+    check_precision(spec, gpu)
+    shape = model_shape(spec.model)
+    job = memory_job(spec, shape)
+    topo = topo or default_topology(gpu, count)
+    best: tuple[float, Strategy, object, TimeEstimate] | None = None
+    closest: tuple[float, str] | None = None
+    seen_fail: set[tuple[str, int, int, int, str]] = set()
+    for st in _candidates(spec, count, topo.gpus_per_node):
+        key = (st.sharding, st.tp, st.pp, st.dp, st.activation_checkpointing)
+        if key in seen_fail:
+            continue  # a smaller micro-batch of this layout already failed
+        mem = estimate_memory(
+            shape,
+            job,
+            st,
+            gpu,
+            capacity_bytes=capacity,
+            safety_margin=margin,
+            image_size=spec.image_size,
+        )
+        if not mem.fits:
+            seen_fail.add(key)
+            over = mem.device_used_bytes / (mem.capacity_bytes * (1 - margin))
+            if closest is None or over < closest[0]:
+                closest = (
+                    over,
+                    f"{st.label()} needs {mem.device_used_bytes / 2**30:.1f} GiB per GPU",
+                )
+            continue
+        t = estimate_time(shape, job, st, gpu, topo, work=spec.work, image_size=spec.image_size)
+        score = t.step_time_s / (st.micro_batch_size * st.grad_accum * st.dp)
+        if best is None or score < best[0]:
+            best = (score, st, mem, t)
+    if best is None:
+        detail = closest[1] if closest else "no layout"
+        raise InfeasibleError(
+            f"{spec.model} does not fit on {count} x {gpu.id} with any strategy tried; closest: {detail}",
+            closest=[detail],
+            hint="use more GPUs, a larger GPU, lora/qlora, or activation checkpointing",
+        )
+    _, st, mem, t = best
+    mmb = max_micro_batch(
+        shape, job, st, gpu, capacity=capacity, margin=margin, image_size=spec.image_size
+    )
+    result = FitResult(gpu=gpu, count=count, strategy=st, memory=mem, max_micro_batch=mmb)  # type: ignore[arg-type]
+    if with_scaling and count > 1:
+        t = dataclasses.replace(
+            t, scaling_efficiency=_scaling(spec, gpu, count, topo, t, margin, capacity)
+        )
+    return Configuration(fit=result, time=t, topology=topo)
+
+
+def _scaling(
+    spec: JobSpec,
+    gpu: GpuSpec,
+    count: int,
+    topo: comm.Topology,
+    t: TimeEstimate,
+    margin: float,
+    capacity: float | None,
+) -> float:
+    """Per-GPU throughput at ``count`` over that at the smallest power-of-two count that fits."""
+    n = 1
+    while n < count:
+        small = dataclasses.replace(
+            topo,
+            gpus=n,
+            gpus_per_node=min(n, topo.gpus_per_node),
+            intra_node=topo.intra_node if n > 1 else "none",
+        )
+        try:
+            base = configure(
+                spec, gpu, n, small, margin=margin, capacity=capacity, with_scaling=False
+            )
+        except InfeasibleError:
+            n *= 2
+            continue
+        per_gpu_base = base.time.samples_per_s / n
+        return (t.samples_per_s / count) / per_gpu_base
+    return 1.0

@@ -1,0 +1,295 @@
+"""Step time, throughput, MFU and time-to-train of one configuration, and the auto search.
+
+step = micro-batches x compute / (1 - pipeline bubble) + exposed communication
+       + optimizer step, plus a stated per-architecture overhead fraction.
+
+The pipeline bubble is ``(p-1)/(m+p-1)`` for 1F1B with m micro-batches
+(Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+Clusters Using Megatron-LM", SC21). Data-parallel gradient traffic overlaps
+backward; ZeRO-3/FSDP gathers overlap compute through prefetch; tensor-parallel
+collectives sit on the critical path. MFU counts model FLOPs only (no
+recomputation), against the dense peak of the compute dtype (PaLM's definition).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from gpuplan.catalog.schema import GpuSpec
+from gpuplan.estimate import comm
+from gpuplan.estimate.activations import Numerics, Trainable, layer_items
+from gpuplan.estimate.calibration import efficiencies
+from gpuplan.estimate.compute import ComputeTime, cnn_step, peak_flops, transformer_step
+from gpuplan.estimate.lora import adapter_params_per_layer
+from gpuplan.estimate.memory import MemoryJob
+from gpuplan.estimate.numerics import PRECISIONS
+from gpuplan.estimate.shape import Shape
+from gpuplan.estimate.strategy import Strategy
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TimeEstimate:
+    """The ``time`` part of ``gpuplan estimate --json`` plus its breakdown."""
+
+    step_time_s: float
+    samples_per_s: float
+    tokens_per_s: float | None
+    tokens_per_s_per_gpu: float | None
+    mfu: float
+    compute_s: float
+    exposed_comm_s: float
+    comm_fraction: float
+    scaling_efficiency: float
+    time_to_train_s: float | None
+    gpu_hours: float | None
+    bubble_s: float
+    optimizer_s: float
+    comm_total_s: float
+    parts: dict[str, float]
+    assumptions: tuple[str, ...]
+
+    def as_contract(self) -> dict[str, object]:
+        """The JSON ``time`` object (contract keys first, then the breakdown)."""
+        return {
+            "step_time_s": self.step_time_s,
+            "samples_per_s": self.samples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu": self.mfu,
+            "compute_s": self.compute_s,
+            "exposed_comm_s": self.exposed_comm_s,
+            "comm_fraction": self.comm_fraction,
+            "scaling_efficiency": self.scaling_efficiency,
+            "time_to_train_s": self.time_to_train_s,
+            "gpu_hours": self.gpu_hours,
+            "bubble_s": self.bubble_s,
+            "optimizer_s": self.optimizer_s,
+            "comm_total_s": self.comm_total_s,
+            "parts": self.parts,
+            "assumptions": list(self.assumptions),
+        }
+
+
+def _optimizer_bytes_per_param(optimizer: str, precision: str, full: bool) -> float:
+    pb = PRECISIONS[precision]
+    p, g, s = (pb.param, pb.grad, pb.state) if full else (4, 4, 4)
+    master = 8 if full and pb.master else 0
+    states = {
+        "adamw": 4 * s,
+        "adamw-8bit": 4,
+        "sgd": 0,
+        "sgd-momentum": 2 * s,
+        "lion": 2 * s,
+        "adafactor": 0.1 * s,
+    }[optimizer]
+    return 2 * p + g + states + master
+
+
+def _work_steps(work: object, global_samples: int, seq: int | None) -> float | None:
+    if work is None:
+        return None
+    tokens = getattr(work, "tokens", None)
+    samples = getattr(work, "samples", None)
+    steps = getattr(work, "steps", None)
+    if steps is not None:
+        return float(steps)
+    if tokens is not None:
+        per_step = global_samples * (seq or 1)
+        return tokens / per_step
+    if samples is not None:
+        epochs = getattr(work, "epochs", None) or 1.0
+        return samples * epochs / global_samples
+    return None
+
+
+def estimate_time(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    gpu: GpuSpec,
+    topo: comm.Topology,
+    *,
+    work: object = None,
+    image_size: int | None = None,
+) -> TimeEstimate:
+    """Time one training step of ``shape`` under ``st`` on ``topo`` (scaling efficiency left 1.0)."""
+    eff_all = efficiencies()
+    eff = eff_all.arch(gpu)
+    pb = PRECISIONS[job.precision]
+    dtype = {"fp32": "fp32", "tf32": "tf32"}.get(job.precision, job.precision.split("-")[0])
+    full = job.method == "full"
+    layers_stage = -(-shape.layers // st.pp)
+    if full:
+        trainable_stage = (
+            layers_stage * shape.params_per_layer + shape.params_embedding + shape.params_head
+        ) / st.tp
+    else:
+        trainable_stage = (
+            adapter_params_per_layer(shape, job.lora_roles, job.lora_rank) * layers_stage / st.tp
+        )
+    opt_params = trainable_stage / (st.dp if st.sharding != "none" and st.dp > 1 else 1)
+    opt_bytes = _optimizer_bytes_per_param(job.optimizer, job.precision, full)
+    assumptions = [
+        f"efficiency ({eff.architecture}): GEMM {eff.gemm:.2f} of dense peak, HBM {eff.hbm:.2f}; "
+        f"{eff.basis}"
+    ]
+    seq = shape.fixed_tokens or job.seq_len
+    if shape.family == "cnn":
+        ref = shape.image_size or 224
+        scale = ((image_size or ref) / ref) ** 2
+        ct: ComputeTime = cnn_step(
+            shape,
+            gpu,
+            st,
+            dtype=dtype,
+            act_bytes=pb.act,
+            eff=eff,
+            image_scale=scale,
+            trainable_params_per_gpu=opt_params,
+            optimizer_bytes_per_param=opt_bytes,
+        )
+        tokens_per_sample = None
+    else:
+        num = Numerics(act_bytes=pb.act, autocast=pb.autocast, compiled=job.compiled)
+        tr = Trainable(
+            full=full,
+            lora_roles=job.lora_roles,
+            lora_rank=job.lora_rank,
+            lora_dropout=job.lora_dropout,
+            quantized_base=job.method == "qlora",
+        )
+        items = layer_items(shape, num, tr, seq=seq, fused_attention=job.fused_attention)
+        ct = transformer_step(
+            shape,
+            gpu,
+            st,
+            seq=seq,
+            dtype=dtype,
+            act_bytes=pb.act,
+            tr=tr,
+            items=items,
+            eff=eff,
+            fused_attention=job.fused_attention,
+            trainable_params_per_gpu=opt_params,
+            optimizer_bytes_per_param=opt_bytes,
+        )
+        tokens_per_sample = seq
+    virt = eff_all.virtualization.get(topo.hosting, 1.0)
+    micro = (ct.layer_s + ct.head_s) / virt
+    m = st.grad_accum
+    bubble_frac = (st.pp - 1) / (m + st.pp - 1) if st.pp > 1 else 0.0
+    compute = m * micro
+    bubble = compute * bubble_frac / (1 - bubble_frac) if bubble_frac < 1 else math.inf
+    optimizer_s = ct.optimizer_s
+    if st.offload != "none":
+        pcie = eff_all.pcie_gb_per_s.get(gpu.pcie_generation or 4, 31.5) * 1e9 * 0.7
+        optimizer_s = trainable_stage * (pb.grad + pb.param) / pcie + trainable_stage / 1e9
+        assumptions.append(
+            "offloaded optimizer: grads down and params up over PCIe, CPU Adam at 1e9 params/s"
+        )
+
+    # communication
+    intra = comm.intra_link(gpu, topo, eff_all)
+    inter = comm.inter_link(topo, eff_all)
+    if inter is not None and not topo.inter_node_gbps:
+        assumptions.append("inter-node bandwidth unknown: 25 Gbit/s per node assumed")
+    gpn = topo.gpus_per_node
+    dp_per_node = max(1, gpn // (st.tp * st.pp))
+    grad_bytes = trainable_stage * (pb.grad if full else 4)
+    param_bytes = trainable_stage * max(pb.compute_copy, pb.param if not pb.compute_copy else 0)
+    ov = eff_all.overlap
+    dp_total = dp_exposed = 0.0
+    if st.dp > 1:
+        if st.sharding in ("zero3", "fsdp"):
+            stage_params = (layers_stage * shape.params_per_layer + shape.params_embedding) / st.tp
+            gather_bytes = stage_params * (pb.compute_copy or pb.param if full else 2)
+            per_micro = 2 * comm.collective_time(
+                "all-gather", gather_bytes, st.dp, dp_per_node, intra, inter
+            ) + comm.collective_time("reduce-scatter", grad_bytes, st.dp, dp_per_node, intra, inter)
+            dp_total = m * per_micro
+            dp_exposed = max(dp_total - ov["fsdp"] * compute, (1 - ov["fsdp"]) * dp_total)
+        else:
+            if st.sharding == "none":
+                total = comm.collective_time(
+                    "all-reduce", grad_bytes, st.dp, dp_per_node, intra, inter
+                )
+            else:
+                total = comm.collective_time(
+                    "reduce-scatter", grad_bytes, st.dp, dp_per_node, intra, inter
+                ) + comm.collective_time(
+                    "all-gather", param_bytes or grad_bytes, st.dp, dp_per_node, intra, inter
+                )
+            dp_total = total
+            backward_last = micro * 2 / 3
+            dp_exposed = max(
+                total - ov["data_parallel"] * backward_last, (1 - ov["data_parallel"]) * total
+            )
+    tp_total = 0.0
+    if st.tp > 1 and shape.family != "cnn":
+        act = st.micro_batch_size * seq * shape.hidden * pb.act
+        per_layer = 4 * comm.collective_time(
+            "all-reduce", act, st.tp, min(st.tp, gpn), intra, inter
+        )
+        tp_total = (
+            m * layers_stage * per_layer * (2 if st.activation_checkpointing == "full" else 1.5)
+        )
+    pp_total = 0.0
+    if st.pp > 1 and shape.family != "cnn":
+        act = st.micro_batch_size * seq * shape.hidden * pb.act / st.tp
+        hop = inter if (inter is not None and st.tp * st.pp > gpn) else intra
+        pp_total = 2 * m * comm.p2p_time(act, hop) * (1 - ov["pipeline_p2p"])
+    exposed = dp_exposed + tp_total * (1 - ov["tensor_parallel"]) + pp_total
+    comm_total = dp_total + tp_total + pp_total
+    step = (compute + bubble + exposed + optimizer_s) * (1 + eff.step_overhead)
+
+    global_samples = st.micro_batch_size * m * st.dp
+    samples_per_s = global_samples / step
+    tokens_per_s = samples_per_s * tokens_per_sample if tokens_per_sample else None
+    gpus = st.gpus
+    # model FLOPs of the whole step: per-GPU stage FLOPs x TP ranks x stages x DP ranks
+    model_flops_step = (
+        ct.model_flops_per_micro_batch * m * st.dp * st.tp * (shape.layers / layers_stage)
+    )
+    peak = peak_flops(gpu, dtype)
+    mfu = model_flops_step / (step * gpus * peak)
+    steps = _work_steps(work, global_samples, tokens_per_sample)
+    ttt = steps * step if steps is not None else None
+    parts = {
+        **{k: m * v / virt for k, v in ct.parts.items()},
+        "optimizer step": optimizer_s,
+        "pipeline bubble": bubble,
+        "dp comm exposed": dp_exposed,
+        "tp comm": tp_total,
+        "pp p2p exposed": pp_total,
+        "overhead (unmodelled)": step - step / (1 + eff.step_overhead),
+    }
+    assumptions += [
+        f"intra-node link {intra.name}: {intra.bandwidth / 1e9:.0f} GB/s per GPU per direction achieved",
+        f"overlap: data-parallel {ov['data_parallel']:.0%} of backward, FSDP prefetch {ov['fsdp']:.0%}",
+        f"step overhead {eff.step_overhead:.0%} for data loading, Python and synchronisation",
+    ]
+    if inter is not None:
+        assumptions.append(
+            f"inter-node {inter.name}: {inter.bandwidth * 8 / 1e9:.1f} Gbit/s per GPU achieved"
+        )
+    if virt < 1:
+        assumptions.append(f"{topo.hosting}: {virt:.0%} of the GPU's compute")
+    return TimeEstimate(
+        step_time_s=step,
+        samples_per_s=samples_per_s,
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / gpus if tokens_per_s is not None else None,
+        mfu=mfu,
+        compute_s=compute,
+        exposed_comm_s=exposed,
+        comm_fraction=exposed / step,
+        scaling_efficiency=1.0,
+        time_to_train_s=ttt,
+        gpu_hours=ttt * gpus / 3600 if ttt is not None else None,
+        bubble_s=bubble,
+        optimizer_s=optimizer_s,
+        comm_total_s=comm_total,
+        parts=parts,
+        assumptions=tuple(assumptions),
+    )
