@@ -21,6 +21,19 @@ import yaml
 from gpuplan.errors import GpuPlanError, SpecError
 
 UNIT_BYTES = {"B": 1, "MiB": 2**20, "GiB": 2**30, "MB": 10**6, "GB": 10**9}
+UNIT_SCALE = {
+    **UNIT_BYTES,
+    "s": 1,
+    "min": 60,
+    "h": 3600,
+    "days": 86400,
+    "tokens/s/gpu": 1,
+    "samples/s": 1,
+    "gpu_hours": 1,
+    "fraction": 1,
+    "percent": 0.01,
+    "TFLOP/s": 1,
+}
 
 
 def default_table(name: str) -> Path:
@@ -46,6 +59,7 @@ class RowResult:
     measured: float
     error: float | None
     note: str = ""
+    multi_node: bool = False
 
     @property
     def abs_error(self) -> float | None:
@@ -82,10 +96,19 @@ class Report:
         """Rows predicted more than 10% below the measurement (a dangerous 'fits')."""
         return sum(1 for r in self.rows if r.error is not None and r.error < -0.10)
 
+    def _median_of(self, multi: bool) -> float | None:
+        errs = [r.abs_error for r in self.rows if r.abs_error is not None and r.multi_node == multi]
+        return statistics.median(errs) if errs else None
+
     def summary(self) -> dict[str, Any]:
         """Plain summary for JSON output."""
         worst = self.worst
         return {
+            "median_abs_error_single_node": self._median_of(False),
+            "median_abs_error_multi_node": self._median_of(True),
+            "rows_over_50pct": sum(
+                1 for r in self.rows if r.abs_error is not None and r.abs_error > 0.5
+            ),
             "table": self.table,
             "rows": len(self.rows),
             "excluded": len(self.excluded),
@@ -125,7 +148,7 @@ def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float,
         if row.get("status", "ok") != "ok":
             excluded.append((row["id"], row.get("notes", "")))
             continue
-        measured = float(row["measured"]) * UNIT_BYTES.get(row.get("unit", ""), 1)
+        measured = float(row["measured"]) * UNIT_SCALE.get(row.get("unit", ""), 1)
         try:
             predicted, note = predict(row, repo_root)
         except GpuPlanError as exc:
@@ -148,6 +171,7 @@ def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float,
                 measured=measured,
                 error=(predicted - measured) / measured,
                 note=note,
+                multi_node=int(row.get("count") or 1) > int(row.get("gpus_per_node") or 8),
             )
         )
     return Report(table=str(path), rows=tuple(results), excluded=tuple(excluded))
@@ -190,3 +214,46 @@ def format_rows(rows: Sequence[RowResult], scale: float, unit: str) -> list[list
             ]
         )
     return out
+
+
+def predict_training(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
+    """Predicted value of a training row, in its metric (seconds, tokens/s/GPU, ...)."""
+    from gpuplan.catalog.loader import load_catalog
+    from gpuplan.estimate.configure import configure, default_topology
+    from gpuplan.spec import parse_spec
+
+    spec = parse_spec(parse_row_spec(row["spec"], repo_root), origin=f"validation row {row['id']}")
+    cat = load_catalog(use_user=False)
+    gpu = cat.gpu(row["gpu"])
+    count = int(row["count"])
+    gpn = int(row["gpus_per_node"]) if row.get("gpus_per_node") else None
+    topo = default_topology(
+        gpu,
+        count,
+        gpus_per_node=gpn,
+        intra_node=row.get("intra_node") or None,
+        inter_node_gbps=float(row["inter_node_gbps"]) if row.get("inter_node_gbps") else None,
+        fabric=row.get("fabric") or None,
+    )
+    # the layout ran for real: time it even where our (conservative) memory model disagrees
+    conf = configure(spec, gpu, count, topo, with_scaling=False, require_fit=False)
+    t = conf.time
+    from gpuplan.estimate.compute import peak_flops
+
+    dtype = {"fp32": "fp32", "tf32": "tf32"}.get(spec.precision, spec.precision.split("-")[0])
+    peak = peak_flops(gpu, dtype)
+    metric = row["metric"]
+    value = {
+        "tokens_per_s_per_gpu": t.tokens_per_s_per_gpu,
+        "samples_per_s": t.samples_per_s,
+        "step_time_s": t.step_time_s,
+        "time_to_train_s": t.time_to_train_s,
+        "gpu_hours": t.gpu_hours,
+        "mfu": t.mfu,
+        "model_tflops_per_gpu": t.mfu * peak / 1e12,
+    }.get(metric)
+    if value is None:
+        raise SpecError(
+            f"metric: cannot predict {metric!r} for row {row['id']} (missing work or not a text model)"
+        )
+    return float(value), conf.strategy.label()

@@ -18,6 +18,11 @@ class ArchEfficiency:
 
     architecture: str
     gemm: float
+    """Large-GEMM efficiency on tensor cores (16-bit and tf32)."""
+    gemm_fp8: float
+    """Large-GEMM efficiency against the fp8 dense peak (fp8 training also pays for casts and scales)."""
+    gemm_fp32: float
+    """Large-GEMM efficiency in plain fp32 (CUDA cores, no tensor cores)."""
     hbm: float
     kernel_overhead_s: float
     gemm_half_size: float
@@ -52,8 +57,13 @@ class Efficiencies:
         )
 
 
-@functools.lru_cache(maxsize=1)
 def efficiencies() -> Efficiencies:
+    """The efficiency parameters in force (``efficiency.yaml`` unless overridden)."""
+    return _OVERRIDE[0] if _OVERRIDE else _load()
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> Efficiencies:
     """Load ``efficiency.yaml`` shipped beside this module."""
     text = resources.files("gpuplan.estimate").joinpath("efficiency.yaml").read_text("utf-8")
     data: dict[str, Any] = yaml.safe_load(text)
@@ -61,6 +71,8 @@ def efficiencies() -> Efficiencies:
         name: ArchEfficiency(
             architecture=name,
             gemm=float(v["gemm"]),
+            gemm_fp8=float(v.get("gemm_fp8", v["gemm"])),
+            gemm_fp32=float(v.get("gemm_fp32", 0.9)),
             hbm=float(v["hbm"]),
             kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6,
             gemm_half_size=float(v["gemm_half_size"]),
@@ -82,3 +94,22 @@ def efficiencies() -> Efficiencies:
         overlap={k: float(v) for k, v in data["overlap"].items()},
         virtualization={k: float(v) for k, v in data["virtualization"].items()},
     )
+
+
+def for_dtype(eff: ArchEfficiency, dtype: str) -> ArchEfficiency:
+    """The parameters with ``gemm`` set for the compute dtype."""
+    if dtype == "fp8":
+        return dataclasses.replace(eff, gemm=eff.gemm_fp8)
+    if dtype == "fp32":
+        return dataclasses.replace(eff, gemm=eff.gemm_fp32)
+    return eff
+
+
+_OVERRIDE: list[Efficiencies] = []
+
+
+def use_efficiencies(effs: Efficiencies | None) -> None:
+    """Replace the loaded parameters (for the fitting script and tests); None restores the file."""
+    _OVERRIDE.clear()
+    if effs is not None:
+        _OVERRIDE.append(effs)

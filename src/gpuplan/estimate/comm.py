@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpuplan.catalog.schema import GpuSpec
+from gpuplan.errors import MissingInputError
 from gpuplan.estimate.calibration import Efficiencies
 
 
@@ -73,7 +74,11 @@ def inter_link(topo: Topology, eff: Efficiencies) -> Link | None:
     le = eff.links.get(fabric, eff.links["ethernet"])
     gbps = topo.inter_node_gbps or 0.0
     if gbps <= 0:
-        gbps = 25.0  # unknown network: a conservative 25 Gbit/s, stated by the caller
+        raise MissingInputError(
+            f"--inter-node-gbps: {topo.gpus} GPUs span {topo.nodes} nodes but the network bandwidth "
+            "per node is unknown",
+            hint="pass --inter-node-gbps 400 --fabric ib (or pick an offering whose network is known)",
+        )
     factor = le.efficiency if topo.gpudirect else le.efficiency * 0.6
     return Link(
         bandwidth=gbps * 1e9 / 8 / topo.gpus_per_node * factor, latency=le.latency_s, name=fabric

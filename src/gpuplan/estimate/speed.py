@@ -19,7 +19,7 @@ import math
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import comm
 from gpuplan.estimate.activations import Numerics, Trainable, layer_items
-from gpuplan.estimate.calibration import efficiencies
+from gpuplan.estimate.calibration import efficiencies, for_dtype
 from gpuplan.estimate.compute import ComputeTime, cnn_step, peak_flops, transformer_step
 from gpuplan.estimate.lora import adapter_params_per_layer
 from gpuplan.estimate.memory import MemoryJob
@@ -115,9 +115,9 @@ def estimate_time(
 ) -> TimeEstimate:
     """Time one training step of ``shape`` under ``st`` on ``topo`` (scaling efficiency left 1.0)."""
     eff_all = efficiencies()
-    eff = eff_all.arch(gpu)
     pb = PRECISIONS[job.precision]
     dtype = {"fp32": "fp32", "tf32": "tf32"}.get(job.precision, job.precision.split("-")[0])
+    eff = for_dtype(eff_all.arch(gpu), dtype)
     full = job.method == "full"
     layers_stage = -(-shape.layers // st.pp)
     if full:
@@ -192,8 +192,6 @@ def estimate_time(
     # communication
     intra = comm.intra_link(gpu, topo, eff_all)
     inter = comm.inter_link(topo, eff_all)
-    if inter is not None and not topo.inter_node_gbps:
-        assumptions.append("inter-node bandwidth unknown: 25 Gbit/s per node assumed")
     gpn = topo.gpus_per_node
     dp_per_node = max(1, gpn // (st.tp * st.pp))
     grad_bytes = trainable_stage * (pb.grad if full else 4)

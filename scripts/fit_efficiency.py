@@ -1,0 +1,135 @@
+"""Fit the speed model's per-architecture GEMM efficiencies to validation/training.csv.
+
+One parameter per (architecture, compute class): ``gemm`` for 16-bit/tf32 tensor
+cores, ``gemm_fp8`` for fp8, ``gemm_fp32`` for plain fp32. Each is chosen on a
+grid to minimise the median |log(predicted / measured)| over that
+architecture's rows of that class, never per row. Rows of classes or
+architectures with fewer than 3 rows keep their prior. Also reports a 2-fold
+cross-validated median error (fit on even rows, test on odd, and back), so the
+in-sample numbers are not the only ones quoted.
+
+Usage: python scripts/fit_efficiency.py [--write]   (--write updates efficiency.yaml)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from gpuplan.catalog.loader import load_catalog
+from gpuplan.errors import GpuPlanError
+from gpuplan.estimate import calibration
+from gpuplan.validation import UNIT_SCALE, predict_training, read_table
+
+REPO = Path(__file__).resolve().parents[1]
+TABLE = REPO / "validation" / "training.csv"
+YAML = REPO / "src" / "gpuplan" / "estimate" / "efficiency.yaml"
+GRID = [round(0.15 + 0.01 * i, 2) for i in range(76)]  # 0.15 .. 0.90 (no GEMM sustains more)
+MIN_ROWS = 3
+
+
+def _class(row: dict[str, str]) -> str:
+    spec = row["spec"]
+    if "fp8-mixed" in spec:
+        return "gemm_fp8"
+    if "precision: fp32" in spec:
+        return "gemm_fp32"
+    return "gemm"
+
+
+def _with(
+    base: calibration.Efficiencies, arch: str, key: str, value: float
+) -> calibration.Efficiencies:
+    archs = dict(base.archs)
+    archs[arch] = dataclasses.replace(archs[arch], **{key: value})
+    return dataclasses.replace(base, archs=archs)
+
+
+def _error(rows: list[dict[str, str]]) -> list[float]:
+    out = []
+    for row in rows:
+        measured = float(row["measured"]) * UNIT_SCALE.get(row["unit"], 1)
+        try:
+            predicted, _ = predict_training(row, REPO)
+        except GpuPlanError:
+            continue
+        if predicted > 0 and measured > 0:
+            out.append(abs(math.log(predicted / measured)))
+    return out
+
+
+def fit(rows: list[dict[str, str]], base: calibration.Efficiencies) -> calibration.Efficiencies:
+    """Fitted parameters for the given rows, starting from ``base``."""
+    cat = load_catalog(use_user=False)
+    groups: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
+    for row in rows:
+        arch = cat.gpu(row["gpu"]).architecture
+        if arch in base.archs:
+            groups[(arch, _class(row))].append(row)
+    effs = base
+    for (arch, key), members in sorted(groups.items()):
+        if len(members) < MIN_ROWS:
+            print(f"  {arch:13s} {key:9s}   kept prior: only {len(members)} row(s)")
+            continue
+        best = (math.inf, getattr(effs.archs[arch], key))
+        for value in GRID:
+            calibration.use_efficiencies(_with(effs, arch, key, value))
+            errs = _error(members)
+            if errs:
+                score = statistics.median(errs)
+                if score < best[0]:
+                    best = (score, value)
+        effs = _with(effs, arch, key, best[1])
+        print(
+            f"  {arch:13s} {key:9s} = {best[1]:.2f} on {len(members)} rows (median |log err| {best[0]:.3f})"
+        )
+    calibration.use_efficiencies(None)
+    return effs
+
+
+def _median_pct(rows: list[dict[str, str]], effs: calibration.Efficiencies) -> float:
+    calibration.use_efficiencies(effs)
+    errs = [math.exp(e) - 1 for e in _error(rows)]
+    calibration.use_efficiencies(None)
+    return statistics.median(errs)
+
+
+def main() -> int:
+    rows = [r for r in read_table(TABLE) if r.get("status") == "ok"]
+    base = calibration.efficiencies()
+    print("fold A (even rows) -> test on odd rows")
+    fa = fit(rows[0::2], base)
+    print("fold B (odd rows) -> test on even rows")
+    fb = fit(rows[1::2], base)
+    cv = statistics.median([_median_pct(rows[1::2], fa), _median_pct(rows[0::2], fb)])
+    print("all rows")
+    fitted = fit(rows, base)
+    in_sample = _median_pct(rows, fitted)
+    print(f"2-fold cross-validated median |error| ~{cv:.1%}; in-sample {in_sample:.1%}")
+    if "--write" in sys.argv:
+        text = YAML.read_text()
+        for arch, eff in fitted.archs.items():
+            block = re.search(rf"(\n  {re.escape(arch)}:\n(?:    .*\n|      .*\n)+)", text)
+            if not block:
+                continue
+            old = block.group(1)
+            new = old
+            for key in ("gemm", "gemm_fp8", "gemm_fp32"):
+                value = getattr(eff, key)
+                if re.search(rf"\n    {key}: ", new):
+                    new = re.sub(rf"(\n    {key}: )[0-9.]+", rf"\g<1>{value:.2f}", new)
+                elif value != getattr(base.archs[arch], key):
+                    new = new.replace("\n    hbm:", f"\n    {key}: {value:.2f}\n    hbm:")
+            text = text.replace(old, new)
+        YAML.write_text(text)
+        print(f"wrote {YAML}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
