@@ -1,0 +1,258 @@
+"""The watch loop: sampler -> policy -> (fresh re-check) -> actions, forever.
+
+Time comes only from the injected :class:`~gpuplan.monitor.clock.Clock` and
+``sleep``, so tests drive hours of agent time in milliseconds with
+:class:`~gpuplan.monitor.clock.FakeClock`. Every step is stored (SQLite) with
+the readings behind it; actions are written *before* they run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuplan.monitor.actions import ActionContext, ActionPlan, ActionResult
+from gpuplan.monitor.clock import Clock
+from gpuplan.monitor.host import HostProbe
+from gpuplan.monitor.metrics import WatchMetrics
+from gpuplan.monitor.policy import Decision, IdlePolicy, PolicyState
+from gpuplan.monitor.readings import GpuSample, HostSignal, Observation, State, to_record
+from gpuplan.monitor.samplers import Sampler
+from gpuplan.monitor.state import StateStore
+
+log = logging.getLogger("gpuplan.watch")
+
+
+def decision_record(decision: Decision, obs: Observation) -> dict[str, Any]:
+    """A JSON-ready record of a decision with the readings that led to it."""
+    return {
+        "t": obs.t_s,
+        "state": decision.state.value,
+        "idle_for_s": decision.idle_for_s,
+        "action": decision.action,
+        "reason": decision.reason,
+        "alert": decision.alert,
+        "gpus": to_record(decision.gpus),
+        "host": to_record(decision.host),
+        "sample_error": decision.sample_error,
+        "readings": to_record(obs.sample.gpus),
+    }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepOutcome:
+    """What one loop step did.
+
+    Attributes:
+        decision: the final decision (the re-check's, when one was made).
+        record: the stored record.
+        results: action results (empty unless an action ran).
+        rechecked: whether a due decision triggered a fresh re-check.
+    """
+
+    decision: Decision
+    record: dict[str, Any]
+    results: tuple[ActionResult, ...] = ()
+    rechecked: bool = False
+
+
+class Agent:
+    """The single-machine idle agent.
+
+    Args:
+        sampler: where GPU readings come from.
+        policy: the idle policy.
+        plan: what to run when an action is due.
+        clock: monotonic (since boot) and wall time.
+        boot_id: this boot's id (the stored state is only reused in the same boot).
+        sleep: how to wait between steps (``FakeClock.sleep`` in tests).
+        host_probes: optional CPU / heartbeat probes.
+        store: SQLite store, or ``None`` to keep nothing on disk.
+        metrics: Prometheus metrics, or ``None``.
+        execute: really act; otherwise every action is a dry run.
+        settings: the effective settings, stored for ``watch status``.
+        on_observation: called with every observation (``--record``).
+        on_step: called with every step's outcome (``--json`` output).
+    """
+
+    def __init__(
+        self,
+        *,
+        sampler: Sampler,
+        policy: IdlePolicy,
+        plan: ActionPlan,
+        clock: Clock,
+        boot_id: str,
+        sleep: Callable[[float], object] = time.sleep,
+        host_probes: Sequence[HostProbe] = (),
+        store: StateStore | None = None,
+        metrics: WatchMetrics | None = None,
+        execute: bool = False,
+        settings: dict[str, Any] | None = None,
+        on_observation: Callable[[Observation], None] | None = None,
+        on_step: Callable[[StepOutcome], None] | None = None,
+    ) -> None:
+        self.sampler = sampler
+        self.policy = policy
+        self.plan = plan
+        self.clock = clock
+        self.boot_id = boot_id
+        self.sleep = sleep
+        self.host_probes = tuple(host_probes)
+        self.store = store
+        self.metrics = metrics
+        self.execute = execute
+        self.settings = settings or {}
+        self.on_observation = on_observation
+        self.on_step = on_step
+        saved = store.load_policy(boot_id) if store is not None else None
+        self.state: PolicyState = saved if saved is not None else policy.initial_state()
+        self.resumed = saved is not None
+        self._last_state: State | None = None
+        self._alerting = False
+
+    def observe(self) -> Observation:
+        """Take one observation now (a sampler crash becomes an unknown sample)."""
+        t_s = self.clock.monotonic()
+        try:
+            sample = self.sampler.sample()
+        except Exception as exc:  # noqa: BLE001 - a crashing sampler is "unknown", never idle
+            sample = GpuSample(
+                source="sampler", gpus=(), error=f"sampler crashed: {type(exc).__name__}: {exc}"
+            )
+        host: list[HostSignal] = []
+        for probe in self.host_probes:
+            try:
+                host.append(probe.probe())
+            except Exception as exc:  # noqa: BLE001
+                host.append(
+                    HostSignal(name="probe", state=State.UNKNOWN, detail=f"probe crashed: {exc}")
+                )
+        obs = Observation(t_s=t_s, sample=sample, host=tuple(host))
+        if self.on_observation is not None:
+            self.on_observation(obs)
+        return obs
+
+    def step(self) -> StepOutcome:
+        """Observe, decide, and (after a fresh re-check) act."""
+        obs = self.observe()
+        self.state, decision = self.policy.step(self.state, obs)
+        record = decision_record(decision, obs)
+        results: tuple[ActionResult, ...] = ()
+        rechecked = False
+        if decision.action is not None:
+            rechecked = True
+            self._persist(record)
+            fresh = self.observe()
+            self.state, confirm = self.policy.step(self.state, fresh)
+            first = record
+            record = decision_record(confirm, fresh)
+            record["recheck_of"] = {"t": first["t"], "reason": first["reason"]}
+            decision = confirm
+            if confirm.action is None:
+                log.warning(
+                    "re-check before acting found %s; no action: %s",
+                    confirm.state.value,
+                    confirm.reason,
+                )
+            else:
+                results = self._act(confirm, record)
+        self._persist(record)
+        self._log(decision, record)
+        if self.metrics is not None:
+            self.metrics.observe(obs.sample, decision, self.clock.wall())
+            self.metrics.record_actions(results)
+        outcome = StepOutcome(
+            decision=decision, record=record, results=results, rechecked=rechecked
+        )
+        if self.on_step is not None:
+            self.on_step(outcome)
+        return outcome
+
+    def _act(self, decision: Decision, record: dict[str, Any]) -> tuple[ActionResult, ...]:
+        assert decision.action is not None  # noqa: S101 - caller checked
+        self.state = self.policy.record_action(self.state, decision.t_s)
+        self._save_policy()  # write-ahead: a crash from here on cannot cause a second action
+        action_id = None
+        if self.store is not None:
+            action_id = self.store.begin_action(
+                self.boot_id,
+                decision.t_s,
+                self.clock.wall(),
+                decision.action,
+                execute=self.execute,
+                reason=decision.reason,
+                record=record,
+            )
+        log.warning(
+            "%s due (%s): %s; readings: %s",
+            decision.action,
+            "EXECUTE" if self.execute else "dry run",
+            decision.reason,
+            json.dumps(record["readings"]),
+        )
+        ctx = ActionContext(reason=decision.reason, decision=record)
+        results = self.plan.run(ctx, execute=self.execute)
+        for r in results:
+            (log.info if r.ok else log.error)("action %s: %s", r.action, r.detail)
+        record["results"] = to_record(results)
+        if self.store is not None and action_id is not None:
+            status = (
+                "dry-run"
+                if not self.execute
+                else ("done" if all(r.ok for r in results) else "failed")
+            )
+            self.store.finish_action(action_id, status, record["results"])
+        return results
+
+    def _save_policy(self) -> None:
+        if self.store is not None:
+            self.store.save_policy(self.boot_id, self.state, self.settings, self.clock.wall())
+
+    def _persist(self, record: dict[str, Any]) -> None:
+        if self.store is not None:
+            self.store.add_step(self.boot_id, self.clock.wall(), record)
+            self._save_policy()
+
+    def _log(self, decision: Decision, record: dict[str, Any]) -> None:
+        changed = decision.state is not self._last_state
+        self._last_state = decision.state
+        (log.info if changed else log.debug)(
+            "%s idle_for=%.0fs: %s; readings: %s",
+            decision.state.value,
+            decision.idle_for_s,
+            decision.reason,
+            json.dumps(record["readings"]),
+        )
+        if decision.alert and not self._alerting:
+            log.warning("ALERT %s", decision.alert)
+        self._alerting = decision.alert is not None
+
+    def run(self, *, max_steps: int | None = None, stop: threading.Event | None = None) -> int:
+        """Loop every ``interval_s`` until ``stop`` is set or ``max_steps`` ran.
+
+        Returns:
+            The number of steps taken.
+        """
+        interval = self.policy.config.interval_s
+        steps = 0
+        log.info(
+            "watch started (%s, boot %s, %s; plan: %s)",
+            "EXECUTE" if self.execute else "dry run",
+            self.boot_id,
+            "resumed saved state" if self.resumed else "fresh state",
+            self.plan.describe(),
+        )
+        while stop is None or not stop.is_set():
+            started = self.clock.monotonic()
+            self.step()
+            steps += 1
+            if max_steps is not None and steps >= max_steps:
+                break
+            self.sleep(max(0.0, interval - (self.clock.monotonic() - started)))
+        return steps
