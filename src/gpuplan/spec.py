@@ -143,6 +143,26 @@ class ConstraintsSpec(_Spec):
         return tuple(v.lower() for v in value)
 
 
+class DataSourceSpec(_Spec):
+    """Where a dataset lives (a catalog provider and region)."""
+
+    provider: str = Field(description="Provider id, e.g. aws.")
+    region: str = Field(description="Region, e.g. us-east-1.")
+
+
+class DataSpec(_Spec):
+    """Data the job moves and stores (decimal GB); costs transfer and storage."""
+
+    dataset_gb: float = Field(default=0.0, ge=0, description="Dataset copied to the GPUs' region.")
+    source: DataSourceSpec | None = Field(
+        default=None, description="Where the dataset lives (default: outside the clouds)."
+    )
+    checkpoint_gb: float = Field(
+        default=0.0, ge=0, description="Checkpoints stored during the job."
+    )
+    results_gb: float = Field(default=0.0, ge=0, description="Outputs copied out after the job.")
+
+
 class JobSpec(_Spec):
     """A training workload: model, method, numerics, batch, parallelism, work and constraints."""
 
@@ -196,6 +216,9 @@ class JobSpec(_Spec):
         default=None, description="{tokens}, {samples, epochs} or {steps}."
     )
     constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
+    data: DataSpec | None = Field(
+        default=None, description="Dataset/checkpoint sizes for transfer and storage costs."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:

@@ -35,7 +35,7 @@ USER_CATALOG_NAME = "catalog.yaml"
 
 
 def _yaml_loader() -> type[yaml.SafeLoader]:
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[no-any-return]
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def read_yaml(text: str, *, origin: str) -> Any:

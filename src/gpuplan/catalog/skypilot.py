@@ -23,7 +23,7 @@ import functools
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from gpuplan.catalog.loader import Catalog
-from gpuplan.catalog.schema import CatalogFile, Offering, Price
+from gpuplan.catalog.schema import CatalogFile, IntraNode, Offering, Price
 from gpuplan.errors import CatalogError, UnknownNameError
 
 KNOWN_PROVIDERS = (
@@ -248,7 +248,7 @@ def _plain_rows(raw: list[dict[str, str]], catalog: Catalog, skipped: dict[str, 
     return out
 
 
-def _intra_node(gpu_form: str, count: float) -> str:
+def _intra_node(gpu_form: str, count: float) -> IntraNode:
     if count <= 1:
         return "none"
     return "nvswitch" if gpu_form in ("sxm", "oam", "superchip") else "pcie"
@@ -328,7 +328,7 @@ def convert_vms_csv(
                 gpu_count=first.count,
                 vcpus=first.vcpus,
                 ram_gb=round(first.ram_gib * 2**30 / 1e9, 1) if first.ram_gib else None,
-                intra_node=_intra_node(spec.form_factor, first.count),  # type: ignore[arg-type]
+                intra_node=_intra_node(spec.form_factor, first.count),
                 prices=tuple(prices),
                 source=src,
                 as_of=as_of,
@@ -361,6 +361,3 @@ def write_atomically(path: Path, text: str) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise CatalogError(f"--out: cannot write {path}: {exc.strerror}") from exc
-
-
-__all__: Iterable[str] = ("ImportResult", "convert_vms_csv", "dump_catalog_file", "infer_provider")

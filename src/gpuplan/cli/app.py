@@ -13,7 +13,16 @@ import typer
 from typer.core import TyperGroup
 
 from gpuplan import __version__
-from gpuplan.cli import catalog_cmd, fit_cmd, models_cmd, spec_cmd, validate_cmd
+from gpuplan.cli import (
+    bill_cmd,
+    catalog_cmd,
+    fit_cmd,
+    models_cmd,
+    plan_cmd,
+    spec_cmd,
+    validate_cmd,
+    watch_cmd,
+)
 from gpuplan.cli.common import EXIT_USER_ERROR, State
 from gpuplan.errors import GpuPlanError
 
@@ -65,7 +74,16 @@ def _root(
     State.debug = debug
 
 
-for _module in (catalog_cmd, models_cmd, spec_cmd, fit_cmd, validate_cmd):
+for _module in (
+    plan_cmd,
+    catalog_cmd,
+    models_cmd,
+    spec_cmd,
+    fit_cmd,
+    bill_cmd,
+    validate_cmd,
+    watch_cmd,
+):
     _module.register(app)
 
 

@@ -71,7 +71,7 @@ def fit_command(
         else:
             _print_breakdown(result)
         return
-    rows = []
+    rows: list[dict[str, Any]] = []
     from gpuplan.errors import SpecError
 
     for g in sorted(cat.gpus, key=lambda g: (g.memory_bytes, g.id)):

@@ -28,6 +28,8 @@ class Topology:
     fabric: str | None
     hosting: str = "virtualized"
     gpudirect: bool = True
+    compute_fraction: float = 1.0
+    """Share of each GPU's compute the instance gets (< 1 for a vGPU / fractional slice)."""
 
     @property
     def nodes(self) -> int:

@@ -85,6 +85,7 @@ def transformer_step(
     gemm_fwd = gemm_bwd = 0.0
     t_gemm = 0.0
     for lin in shape.linears:
+        per_token: float
         if lin.role == "router":
             per_token = 2 * lin.in_features * lin.out_features
             copies = 1

@@ -21,7 +21,7 @@ from gpuplan.estimate.fit import (
     memory_job,
     model_shape,
 )
-from gpuplan.estimate.memory import DEFAULT_SAFETY_MARGIN, estimate_memory
+from gpuplan.estimate.memory import DEFAULT_SAFETY_MARGIN, MemoryEstimate, estimate_memory
 from gpuplan.estimate.speed import TimeEstimate, estimate_time
 from gpuplan.estimate.strategy import Strategy, grad_accum_for
 from gpuplan.spec import JobSpec, ParallelismSpec
@@ -132,35 +132,40 @@ def configure(
     shape = model_shape(spec.model)
     job = memory_job(spec, shape)
     topo = topo or default_topology(gpu, count)
-    best: tuple[float, Strategy, object, TimeEstimate] | None = None
+    best: tuple[float, Strategy, MemoryEstimate, TimeEstimate] | None = None
     closest: tuple[float, str] | None = None
-    seen_fail: set[tuple[str, int, int, int, str]] = set()
-    for st in _candidates(spec, count, topo.gpus_per_node):
-        key = (st.sharding, st.tp, st.pp, st.dp, st.activation_checkpointing)
-        if key in seen_fail:
-            continue  # a smaller micro-batch of this layout already failed
-        mem = estimate_memory(
-            shape,
-            job,
-            st,
-            gpu,
-            capacity_bytes=capacity,
-            safety_margin=margin,
-            image_size=spec.image_size,
-        )
-        if not mem.fits and require_fit:
-            seen_fail.add(key)
-            over = mem.device_used_bytes / (mem.capacity_bytes * (1 - margin))
-            if closest is None or over < closest[0]:
-                closest = (
-                    over,
-                    f"{st.label()} needs {mem.device_used_bytes / 2**30:.1f} GiB per GPU",
-                )
-            continue
-        t = estimate_time(shape, job, st, gpu, topo, work=spec.work, image_size=spec.image_size)
-        score = t.step_time_s / (st.micro_batch_size * st.grad_accum * st.dp)
-        if best is None or score < best[0]:
-            best = (score, st, mem, t)
+    groups: dict[tuple[str, int, int, int, str], list[Strategy]] = {}
+    for cand in _candidates(spec, count, topo.gpus_per_node):
+        key = (cand.sharding, cand.tp, cand.pp, cand.dp, cand.activation_checkpointing)
+        groups.setdefault(key, []).append(cand)
+    for members in groups.values():
+        # largest micro-batch that fits, and the next smaller one (bubble/efficiency trade-off)
+        timed = 0
+        for st in sorted(members, key=lambda c: -c.micro_batch_size):
+            if timed >= 2:
+                break
+            mem = estimate_memory(
+                shape,
+                job,
+                st,
+                gpu,
+                capacity_bytes=capacity,
+                safety_margin=margin,
+                image_size=spec.image_size,
+            )
+            if not mem.fits and require_fit:
+                over = mem.device_used_bytes / (mem.capacity_bytes * (1 - margin))
+                if closest is None or over < closest[0]:
+                    closest = (
+                        over,
+                        f"{st.label()} needs {mem.device_used_bytes / 2**30:.1f} GiB per GPU",
+                    )
+                continue
+            timed += 1
+            t = estimate_time(shape, job, st, gpu, topo, work=spec.work, image_size=spec.image_size)
+            score = t.step_time_s / (st.micro_batch_size * st.grad_accum * st.dp)
+            if best is None or score < best[0]:
+                best = (score, st, mem, t)
     if best is None:
         detail = closest[1] if closest else "no layout"
         raise InfeasibleError(
@@ -172,7 +177,7 @@ def configure(
     mmb = max_micro_batch(
         shape, job, st, gpu, capacity=capacity, margin=margin, image_size=spec.image_size
     )
-    result = FitResult(gpu=gpu, count=count, strategy=st, memory=mem, max_micro_batch=mmb)  # type: ignore[arg-type]
+    result = FitResult(gpu=gpu, count=count, strategy=st, memory=mem, max_micro_batch=mmb)
     if with_scaling and count > 1:
         t = dataclasses.replace(
             t, scaling_efficiency=_scaling(spec, gpu, count, topo, t, margin, capacity)

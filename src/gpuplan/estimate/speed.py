@@ -89,17 +89,17 @@ def _optimizer_bytes_per_param(optimizer: str, precision: str, full: bool) -> fl
 def _work_steps(work: object, global_samples: int, seq: int | None) -> float | None:
     if work is None:
         return None
-    tokens = getattr(work, "tokens", None)
-    samples = getattr(work, "samples", None)
-    steps = getattr(work, "steps", None)
+    tokens: float | None = getattr(work, "tokens", None)
+    samples: float | None = getattr(work, "samples", None)
+    steps: float | None = getattr(work, "steps", None)
     if steps is not None:
         return float(steps)
     if tokens is not None:
         per_step = global_samples * (seq or 1)
-        return tokens / per_step
+        return float(tokens / per_step)
     if samples is not None:
         epochs = getattr(work, "epochs", None) or 1.0
-        return samples * epochs / global_samples
+        return float(samples * epochs / global_samples)
     return None
 
 
@@ -175,7 +175,7 @@ def estimate_time(
             optimizer_bytes_per_param=opt_bytes,
         )
         tokens_per_sample = seq
-    virt = eff_all.virtualization.get(topo.hosting, 1.0)
+    virt = eff_all.virtualization.get(topo.hosting, 1.0) * topo.compute_fraction
     micro = (ct.layer_s + ct.head_s) / virt
     m = st.grad_accum
     bubble_frac = (st.pp - 1) / (m + st.pp - 1) if st.pp > 1 else 0.0
@@ -234,9 +234,9 @@ def estimate_time(
         )
     pp_total = 0.0
     if st.pp > 1 and shape.family != "cnn":
-        act = st.micro_batch_size * seq * shape.hidden * pb.act / st.tp
+        act_pp = st.micro_batch_size * seq * shape.hidden * pb.act / st.tp
         hop = inter if (inter is not None and st.tp * st.pp > gpn) else intra
-        pp_total = 2 * m * comm.p2p_time(act, hop) * (1 - ov["pipeline_p2p"])
+        pp_total = 2 * m * comm.p2p_time(act_pp, hop) * (1 - ov["pipeline_p2p"])
     exposed = dp_exposed + tp_total * (1 - ov["tensor_parallel"]) + pp_total
     comm_total = dp_total + tp_total + pp_total
     step = (compute + bubble + exposed + optimizer_s) * (1 + eff.step_overhead)
@@ -272,7 +272,9 @@ def estimate_time(
             f"inter-node {inter.name}: {inter.bandwidth * 8 / 1e9:.1f} Gbit/s per GPU achieved"
         )
     if virt < 1:
-        assumptions.append(f"{topo.hosting}: {virt:.0%} of the GPU's compute")
+        assumptions.append(
+            f"{topo.hosting}: {virt:.0%} of the GPU's compute (slice share x virtualization)"
+        )
     return TimeEstimate(
         step_time_s=step,
         samples_per_s=samples_per_s,

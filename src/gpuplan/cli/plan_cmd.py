@@ -1,0 +1,198 @@
+"""``gpuplan plan``: the cheapest (or fastest, or Pareto) configurations across the catalog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpuplan.cli.common import CatalogOpt, JsonOpt, console, print_json
+from gpuplan.cli.spec_cmd import SetOpt
+
+_OBJECTIVES = ("cost", "time", "pareto")
+_EXPORTS = ("skypilot", "torchrun")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach ``plan`` to the top-level app."""
+    app.command("plan")(plan_command)
+
+
+def plan_command(
+    spec_path: Annotated[
+        Path, typer.Argument(help="Job spec YAML (see `gpuplan spec schema`).", dir_okay=False)
+    ],
+    objective: Annotated[
+        str,
+        typer.Option(
+            "--objective",
+            help="cost (cheapest meeting the deadline), time "
+            "(fastest within the budget) or pareto (the cost/time front).",
+        ),
+    ] = "cost",
+    top: Annotated[int, typer.Option("--top", min=1, max=500, help="Options to show.")] = 10,
+    max_gpus: Annotated[int, typer.Option("--max-gpus", min=1, help="Most GPUs per option.")] = 64,
+    currency: Annotated[
+        str | None, typer.Option("--currency", help="USD or CNY (default: the spec's).")
+    ] = None,
+    spot_rate: Annotated[
+        float,
+        typer.Option("--spot-rate", min=0.0, help="Assumed spot interruptions per instance-hour."),
+    ] = 0.05,
+    checkpoint_interval: Annotated[
+        str, typer.Option("--checkpoint-interval", help="Checkpoint interval for spot, e.g. 30m.")
+    ] = "30m",
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", help="Write a self-contained HTML report.", dir_okay=False),
+    ] = None,
+    export: Annotated[
+        str | None,
+        typer.Option(
+            "--export",
+            help="Print the best option as skypilot (task YAML) "
+            "or torchrun (launch command + config).",
+        ),
+    ] = None,
+    overrides: SetOpt = None,
+    json_out: JsonOpt = False,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Rank every offering x node count x strategy x billing mode for a job spec, with reasons."""
+    from gpuplan.catalog.loader import load_catalog
+    from gpuplan.errors import SpecError
+    from gpuplan.planner import PlanSettings, plan
+    from gpuplan.spec import load_spec
+    from gpuplan.units import parse_duration_s
+
+    if objective not in _OBJECTIVES:
+        raise SpecError(f"--objective: unknown {objective!r}; allowed: {', '.join(_OBJECTIVES)}")
+    if export is not None and export not in _EXPORTS:
+        raise SpecError(f"--export: unknown {export!r}; allowed: {', '.join(_EXPORTS)}")
+    try:
+        interval = parse_duration_s(checkpoint_interval, field="--checkpoint-interval")
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    extra = list(overrides or [])
+    if currency is not None:
+        extra.append(f"constraints.currency={currency}")
+    spec = load_spec(spec_path, extra)
+    cat = load_catalog(catalog)
+    settings = PlanSettings(
+        objective=objective,
+        top=top,
+        max_gpus=max_gpus,
+        spot_interruptions_per_hour=spot_rate,
+        checkpoint_interval_s=interval,
+    )
+    result = plan(spec, cat, settings)
+    if html is not None:
+        from gpuplan.report.html import render_html
+
+        _write(html, render_html(result, spec))
+    if export is not None:
+        from gpuplan.planner.export import export as do_export
+
+        typer.echo(do_export(result.options[0], spec, export))
+        return
+    if json_out:
+        print_json(plan_json(result))
+        return
+    _print_plan(result, spec, html)
+
+
+def _write(path: Path, text: str) -> None:
+    from gpuplan.catalog.skypilot import write_atomically
+
+    write_atomically(path, text)
+
+
+def plan_json(result: Any) -> dict[str, Any]:
+    """The machine-readable plan (contract: ``options`` best first, ``rejected``)."""
+    return {
+        "objective": result.objective,
+        "currency": result.currency,
+        "options": [o.as_dict() for o in result.options],
+        "pareto": [
+            {
+                "provider": o.provider,
+                "instance_type": o.instance_type,
+                "billing_mode": o.billing_mode,
+                "nodes": o.nodes,
+                "time_s": o.time_s,
+                "cost_total": round(o.cost_total, 4),
+            }
+            for o in result.pareto
+        ],
+        "rejected": [r.as_dict() for r in result.rejected],
+        "considered": result.considered,
+        "warnings": list(result.warnings),
+        "assumptions": list(result.assumptions),
+        "provenance": result.provenance,
+    }
+
+
+def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
+    from collections import Counter
+
+    from rich.table import Table
+
+    from gpuplan.units import format_duration
+
+    cur = result.currency
+    table = Table(
+        title=f"{spec.model} ({spec.method}) - best by {result.objective}, {cur}; "
+        f"{result.considered} priced options, {len(result.rejected)} rejected"
+    )
+    for col in (
+        "#",
+        "GPU",
+        "n",
+        "offering",
+        "region",
+        "billing",
+        "strategy",
+        "time",
+        f"cost {cur}",
+        "per 1M tok",
+        "headroom",
+    ):
+        table.add_column(col, overflow="fold")
+    for i, o in enumerate(result.options, 1):
+        per_m = o.cost_per_million_tokens
+        bound = "*" if not o.cost.complete else ""
+        table.add_row(
+            str(i),
+            o.gpu,
+            str(o.gpus),
+            f"{o.provider} {o.instance_type} x{o.nodes}",
+            o.region,
+            o.billing_mode,
+            o.configuration.strategy.label(),
+            format_duration(o.time_s),
+            f"{o.cost_total:,.2f}{bound}",
+            f"{per_m:.3f}" if per_m else "-",
+            f"{o.configuration.fit.memory.headroom_bytes / 2**30:.0f} GiB",
+        )
+    out = console()
+    out.print(table)
+    for i, o in enumerate(result.options[:5], 1):
+        out.print(f"{i}. {o.why}")
+    for w in result.warnings:
+        out.print(f"[yellow]warning:[/yellow] {w}")
+    reasons = Counter(r.reason.split(":")[0].split(" (")[0][:60] for r in result.rejected)
+    out.print("rejected: " + "; ".join(f"{n} x {why}" for why, n in reasons.most_common(6)))
+    near = [r for r in result.rejected if r.time_s is not None][:3]
+    for r in near:
+        out.print(
+            f"  closest rejected: {r.provider} {r.instance_type} x{r.nodes} ({r.billing_mode}): {r.reason}"
+        )
+    if any(not o.cost.complete for o in result.options):
+        out.print(
+            "* cost is a lower bound: some parts (storage, egress) have no catalog rate; see --json"
+        )
+    for a in result.assumptions:
+        out.print(f"  assumption: {a}")
+    if html is not None:
+        out.print(f"HTML report written to {html}")

@@ -1,0 +1,147 @@
+"""The planner's immutable results: options, rejections and the plan."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gpuplan.cost import CostBreakdown
+from gpuplan.estimate.configure import Configuration
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PlanSettings:
+    """Planner inputs besides the spec and catalog (each one shown as an assumption)."""
+
+    objective: str = "cost"
+    """cost (cheapest meeting the deadline), time (fastest within the budget) or pareto."""
+    top: int = 10
+    max_gpus: int = 64
+    spot_interruptions_per_hour: float = 0.05
+    checkpoint_interval_s: float = 1800.0
+    restart_s: float = 600.0
+    provisioning_s: float = 300.0
+    image_pull_s: float = 180.0
+    cold_start_s: float = 120.0
+    commitment: str = "whole-terms"
+    safety_margin: float = 0.05
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Option:
+    """One rentable way to run the job, with its time, cost and reasons."""
+
+    provider: str
+    instance_type: str
+    region: str
+    regions: tuple[str, ...]
+    billing_mode: str
+    nodes: int
+    gpus: int
+    gpu: str
+    configuration: Configuration
+    cost: CostBreakdown
+    time_s: float
+    tokens: float | None
+    price_as_of: str
+    price_source: str
+    why: str = ""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def cost_total(self) -> float:
+        """Total cost in the plan's currency (a lower bound when parts are unknown)."""
+        return self.cost.total
+
+    @property
+    def cost_per_million_tokens(self) -> float | None:
+        """Cost per 1M training tokens, for text models with a known token count."""
+        return self.cost.total / self.tokens * 1e6 if self.tokens else None
+
+    def label(self) -> str:
+        """Short name, e.g. ``aws p5.48xlarge x2 (16 H100-SXM, spot)``."""
+        return f"{self.provider} {self.instance_type} x{self.nodes} ({self.gpus} {self.gpu}, {self.billing_mode})"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The contract shape of one option in ``plan --json``."""
+        conf = self.configuration
+        t = conf.time
+        return {
+            "provider": self.provider,
+            "instance_type": self.instance_type,
+            "region": self.region,
+            "billing_mode": self.billing_mode,
+            "nodes": self.nodes,
+            "gpus": self.gpus,
+            "strategy": conf.strategy.as_contract(),
+            "time_s": self.time_s,
+            "cost_total": round(self.cost.total, 4),
+            "cost_breakdown": self.cost.as_dict(),
+            "currency": self.cost.currency,
+            "why": self.why,
+            "gpu": self.gpu,
+            "regions": list(self.regions),
+            "cost_per_1m_tokens": self.cost_per_million_tokens,
+            "tokens_per_s": t.tokens_per_s,
+            "samples_per_s": t.samples_per_s,
+            "step_time_s": t.step_time_s,
+            "mfu": t.mfu,
+            "headroom_bytes": round(conf.fit.memory.headroom_bytes),
+            "device_used_bytes": round(conf.fit.memory.device_used_bytes),
+            "memory_breakdown": {k: round(v) for k, v in conf.fit.memory.breakdown.items()},
+            "warnings": list(self.warnings),
+            "price_as_of": self.price_as_of,
+            "price_source": self.price_source,
+            "topology": {
+                "gpus_per_node": conf.topology.gpus_per_node,
+                "intra_node": conf.topology.intra_node,
+                "inter_node_gbps": conf.topology.inter_node_gbps,
+                "fabric": conf.topology.fabric,
+                "hosting": conf.topology.hosting,
+            },
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Rejection:
+    """An option that was dropped, and why."""
+
+    provider: str
+    instance_type: str
+    reason: str
+    gpu: str = ""
+    nodes: int = 0
+    billing_mode: str = ""
+    time_s: float | None = None
+    cost_total: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The contract shape of one rejection."""
+        out: dict[str, Any] = {
+            "provider": self.provider,
+            "instance_type": self.instance_type,
+            "reason": self.reason,
+            "gpu": self.gpu,
+            "nodes": self.nodes,
+            "billing_mode": self.billing_mode,
+        }
+        if self.time_s is not None:
+            out["time_s"] = self.time_s
+        if self.cost_total is not None:
+            out["cost_total"] = round(self.cost_total, 4)
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """Ranked options (best first), the Pareto front, rejections and provenance."""
+
+    options: tuple[Option, ...]
+    pareto: tuple[Option, ...]
+    rejected: tuple[Rejection, ...]
+    currency: str
+    objective: str
+    provenance: dict[str, Any]
+    assumptions: tuple[str, ...]
+    warnings: tuple[str, ...]
+    considered: int

@@ -1,0 +1,355 @@
+"""Search every offering x node count x strategy x billing mode; rank, explain, reject.
+
+Deterministic: the same spec, catalog and settings give the same plan (ties
+are broken by provider, instance type, region, billing mode and node count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+from gpuplan import __version__
+from gpuplan.catalog.loader import Catalog
+from gpuplan.catalog.schema import SCHEMA_VERSION, Offering, Price
+from gpuplan.cost import CostOptions, DataPlan, Location, SpotRisk, Startup, job_cost
+from gpuplan.errors import GpuPlanError, InfeasibleError, MissingInputError
+from gpuplan.estimate import comm
+from gpuplan.estimate.calibration import efficiencies
+from gpuplan.estimate.configure import Configuration, configure
+from gpuplan.planner.explain import explain, warnings_for
+from gpuplan.planner.model import Option, Plan, PlanSettings, Rejection
+from gpuplan.planner.pareto import pareto_front
+from gpuplan.spec import JobSpec
+
+
+def _allowed(off: Offering, spec: JobSpec) -> str | None:
+    """Why an offering breaks the spec's constraints, or None."""
+    c = spec.constraints
+    if c.providers and off.provider not in c.providers:
+        return f"provider {off.provider} not in constraints.providers"
+    if c.regions and not any(want.lower() in r.lower() for want in c.regions for r in off.regions):
+        return f"no region matching constraints.regions {list(c.regions)}"
+    missing = [tag for tag in c.compliance if tag not in off.compliance]
+    if missing:
+        return f"lacks compliance {', '.join(missing)} (offering states {list(off.compliance) or 'none'})"
+    if c.bare_metal_only and off.hosting != "bare-metal":
+        return f"{off.hosting}, not bare metal (constraints.bare_metal_only)"
+    return None
+
+
+def _region(off: Offering, spec: JobSpec) -> str:
+    for want in spec.constraints.regions:
+        for r in off.regions:
+            if want.lower() in r.lower():
+                return r
+    return off.regions[0]
+
+
+def _node_counts(off: Offering, max_gpus: int) -> Iterator[int]:
+    per_node = max(1, int(off.gpu_count))
+    n = 1
+    while n * per_node <= max_gpus:
+        yield n
+        if off.gpu_count < 1:
+            return
+        n *= 2
+
+
+def _topology(off: Offering, nodes: int) -> comm.Topology:
+    per_node = max(1, int(off.gpu_count))
+    fraction = off.gpu_count if off.gpu_count < 1 else 1.0
+    intra = off.intra_node if per_node > 1 else "none"
+    return comm.Topology(
+        gpus=per_node * nodes,
+        gpus_per_node=per_node,
+        intra_node=intra,
+        inter_node_gbps=off.inter_node_gbps,
+        fabric=off.fabric,
+        hosting=off.hosting,
+        compute_fraction=fraction,
+    )
+
+
+def _cost_options(spec: JobSpec, settings: PlanSettings) -> CostOptions:
+    data = None
+    if spec.data is not None:
+        src = spec.data.source
+        data = DataPlan(
+            dataset_gb=spec.data.dataset_gb,
+            dataset_source=Location(provider=src.provider, region=src.region) if src else None,
+            checkpoint_gb=spec.data.checkpoint_gb,
+            results_out_gb=spec.data.results_gb,
+            results_destination=None,
+        )
+    return CostOptions(
+        startup=Startup(
+            provisioning_s=settings.provisioning_s,
+            image_pull_s=settings.image_pull_s,
+            cold_start_s=settings.cold_start_s,
+        ),
+        commitment=settings.commitment,  # type: ignore[arg-type]
+        spot=SpotRisk(
+            interruptions_per_hour=settings.spot_interruptions_per_hour,
+            checkpoint_interval_s=settings.checkpoint_interval_s,
+            restart_s=settings.restart_s,
+        ),
+        data=data,
+    )
+
+
+def _sort_key(objective: str, o: Option) -> tuple[Any, ...]:
+    tie = (o.provider, o.instance_type, o.region, o.billing_mode, o.nodes)
+    if objective == "time":
+        return (o.time_s, o.cost_total, *tie)
+    return (o.cost_total, o.time_s, *tie)
+
+
+def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) -> Plan:
+    """Plan ``spec`` over the whole catalog.
+
+    Raises:
+        MissingInputError: the spec has no ``work`` (time and cost need it).
+        InfeasibleError: nothing meets the constraints; carries the closest rejections.
+    """
+    settings = settings or PlanSettings()
+    if spec.work is None:
+        raise MissingInputError(
+            "work: plan needs how much training to do",
+            hint="add `work: {tokens: 1e9}` (or {samples, epochs} / {steps})",
+        )
+    currency = spec.constraints.currency
+    catalog.convert(1.0, "USD", currency)  # unknown currency fails early, naming it
+    max_gpus = min(settings.max_gpus, spec.constraints.max_gpus or settings.max_gpus)
+    options_cost = _cost_options(spec, settings)
+    modes = set(spec.constraints.billing)
+    deadline = spec.constraints.deadline
+    budget = spec.constraints.budget
+    options: list[Option] = []
+    rejected: list[Rejection] = []
+    configs: dict[tuple[Any, ...], Configuration | GpuPlanError] = {}
+    considered = 0
+    for off in sorted(catalog.offerings, key=lambda o: (o.provider, o.instance_type, o.regions)):
+        why_not = _allowed(off, spec)
+        if why_not:
+            rejected.append(
+                Rejection(
+                    provider=off.provider,
+                    instance_type=off.instance_type,
+                    reason=why_not,
+                    gpu=off.gpu,
+                )
+            )
+            continue
+        prices = [p for p in off.prices if not modes or p.mode in modes]
+        if not prices:
+            reason = (
+                "no price in the catalog"
+                if not off.prices
+                else f"no price in the allowed billing modes {sorted(modes)}"
+            )
+            rejected.append(
+                Rejection(
+                    provider=off.provider,
+                    instance_type=off.instance_type,
+                    reason=reason,
+                    gpu=off.gpu,
+                )
+            )
+            continue
+        gpu = catalog.gpu(off.gpu)
+        for nodes in _node_counts(off, max_gpus):
+            topo = _topology(off, nodes)
+            key = (gpu.id, topo, off.gpu_memory_bytes)
+            if key not in configs:
+                try:
+                    configs[key] = configure(
+                        spec,
+                        gpu,
+                        topo.gpus,
+                        topo,
+                        margin=settings.safety_margin,
+                        capacity=off.gpu_memory_bytes,
+                        with_scaling=False,
+                    )
+                except GpuPlanError as exc:
+                    configs[key] = exc
+            conf = configs[key]
+            if isinstance(conf, GpuPlanError):
+                rejected.append(
+                    Rejection(
+                        provider=off.provider,
+                        instance_type=off.instance_type,
+                        reason=conf.message,
+                        gpu=gpu.id,
+                        nodes=nodes,
+                    )
+                )
+                if "does not fit" not in conf.message:
+                    break  # network unknown or precision unsupported: more nodes will not help
+                continue
+            run_s = conf.time.time_to_train_s or 0.0
+            for price in prices:
+                considered += 1
+                try:
+                    options.append(
+                        _option(
+                            off, price, nodes, conf, run_s, spec, catalog, currency, options_cost
+                        )
+                    )
+                except GpuPlanError as exc:
+                    rejected.append(
+                        Rejection(
+                            provider=off.provider,
+                            instance_type=off.instance_type,
+                            reason=exc.message,
+                            gpu=gpu.id,
+                            nodes=nodes,
+                            billing_mode=price.mode,
+                        )
+                    )
+    feasible: list[Option] = []
+    for o in options:
+        if deadline is not None and o.time_s > deadline:
+            rejected.append(
+                _reject(
+                    o, f"misses the deadline: {o.time_s / 3600:.1f} h > {deadline / 3600:.1f} h"
+                )
+            )
+        elif budget is not None and o.cost_total > budget:
+            rejected.append(
+                _reject(o, f"over budget: {o.cost_total:,.2f} > {budget:,.2f} {currency}")
+            )
+        else:
+            feasible.append(o)
+    if not feasible:
+        near = sorted(
+            (r for r in rejected if r.time_s is not None),
+            key=lambda r: (
+                (r.time_s or 0) / (deadline or 1) + (r.cost_total or 0) / (budget or 1e18)
+            ),
+        )
+        closest = [
+            f"{r.provider} {r.instance_type} x{r.nodes} ({r.billing_mode}): {r.reason}"
+            for r in near[:5]
+        ]
+        if not closest:
+            closest = [f"{r.provider} {r.instance_type}: {r.reason}" for r in rejected[:5]]
+        raise InfeasibleError(
+            f"no option meets the spec ({len(rejected)} rejected); closest: "
+            + "; ".join(closest[:3]),
+            closest=closest,
+            hint="relax constraints.deadline or budget, allow more providers, or raise --max-gpus",
+        )
+    objective = settings.objective
+    front = pareto_front(feasible)
+    ranked = sorted(
+        front if objective == "pareto" else feasible, key=lambda o: _sort_key(objective, o)
+    )
+    if objective == "pareto":
+        ranked = sorted(ranked, key=lambda o: _sort_key("time", o))
+    cheapest = min(feasible, key=lambda o: _sort_key("cost", o))
+    fastest = min(feasible, key=lambda o: _sort_key("time", o))
+    top = [
+        dataclasses.replace(
+            o,
+            why=explain(o, cheapest=cheapest, fastest=fastest, spec=spec),
+            warnings=warnings_for(o, feasible, cheapest),
+        )
+        for o in ranked[: settings.top]
+    ]
+    eff = efficiencies()
+    provenance = {
+        "gpuplan_version": __version__,
+        "catalog_schema_version": SCHEMA_VERSION,
+        "catalog_files": list(catalog.files),
+        "fx": {
+            "per_usd": catalog.fx.per_usd,
+            "as_of": catalog.fx.as_of.isoformat(),
+            "source": catalog.fx.source,
+        },
+        "efficiency": {
+            name: {"gemm": a.gemm, "gemm_fp8": a.gemm_fp8, "hbm": a.hbm, "basis": a.basis}
+            for name, a in eff.archs.items()
+        },
+        "price_as_of": sorted({o.price_as_of for o in top}),
+    }
+    assumptions = (
+        f"spot: {settings.spot_interruptions_per_hour:g} interruptions per instance-hour, checkpoint every "
+        f"{settings.checkpoint_interval_s / 60:.0f} min, {settings.restart_s / 60:.0f} min to restart (stated, "
+        "not published by providers; change with --spot-rate/--checkpoint-interval)",
+        f"startup billed: {settings.provisioning_s:.0f} s provisioning + {settings.image_pull_s:.0f} s image "
+        f"pull + {settings.cold_start_s:.0f} s cold start",
+        f"monthly/reserved prices charged as whole terms ({settings.commitment})",
+        "multi-node only where the offering states its network bandwidth",
+    )
+    plan_warnings = tuple(sorted({w for o in top for w in o.warnings}))
+    return Plan(
+        options=tuple(top),
+        pareto=tuple(sorted(front, key=lambda o: _sort_key("time", o))),
+        rejected=tuple(rejected),
+        currency=currency,
+        objective=objective,
+        provenance=provenance,
+        assumptions=assumptions,
+        warnings=plan_warnings,
+        considered=considered,
+    )
+
+
+def _reject(o: Option, reason: str) -> Rejection:
+    return Rejection(
+        provider=o.provider,
+        instance_type=o.instance_type,
+        reason=reason,
+        gpu=o.gpu,
+        nodes=o.nodes,
+        billing_mode=o.billing_mode,
+        time_s=o.time_s,
+        cost_total=o.cost_total,
+    )
+
+
+def _option(
+    off: Offering,
+    price: Price,
+    nodes: int,
+    conf: Configuration,
+    run_s: float,
+    spec: JobSpec,
+    catalog: Catalog,
+    currency: str,
+    options_cost: CostOptions,
+) -> Option:
+    region = _region(off, spec)
+    cost = job_cost(
+        off,
+        price,
+        nodes,
+        run_s,
+        catalog=catalog,
+        currency=currency,
+        options=options_cost,
+        region=region,
+    )
+    wall = cost.run_s + cost.startup_s + cost.spot_overhead_s
+    tokens = None
+    if conf.time.tokens_per_s is not None:
+        tokens = conf.time.tokens_per_s * run_s
+    return Option(
+        provider=off.provider,
+        instance_type=off.instance_type,
+        region=region,
+        regions=off.regions,
+        billing_mode=price.mode,
+        nodes=nodes,
+        gpus=conf.topology.gpus,
+        gpu=off.gpu,
+        configuration=conf,
+        cost=cost,
+        time_s=wall,
+        tokens=tokens,
+        price_as_of=(price.as_of or off.as_of).isoformat(),
+        price_source=price.source or off.source,
+    )
