@@ -90,3 +90,7 @@ for _module in (
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     app(args=argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -25,6 +25,7 @@ one sample, with the sequence length given for the quadratic terms.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable
 
 from gpuplan.estimate.shape import Shape
@@ -238,6 +239,20 @@ def _mlp(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
     if shape.hidden_dropout > 0:
         items.append(Item(name="mlp residual dropout mask", bytes_per_token=h))
     return items
+
+
+@functools.lru_cache(maxsize=4096)
+def layer_items_cached(
+    shape: Shape, num: Numerics, tr: Trainable, seq: int, fused_attention: bool
+) -> tuple[Item, ...]:
+    """:func:`layer_items` memoised (shapes and settings repeat across a plan's candidates)."""
+    return tuple(layer_items(shape, num, tr, seq=seq, fused_attention=fused_attention))
+
+
+@functools.lru_cache(maxsize=4096)
+def head_items_cached(shape: Shape, num: Numerics, tr: Trainable) -> tuple[Item, ...]:
+    """:func:`head_items` memoised."""
+    return tuple(head_items(shape, num, tr))
 
 
 def layer_items(

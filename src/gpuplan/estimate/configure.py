@@ -138,30 +138,54 @@ def configure(
     for cand in _candidates(spec, count, topo.gpus_per_node):
         key = (cand.sharding, cand.tp, cand.pp, cand.dp, cand.activation_checkpointing)
         groups.setdefault(key, []).append(cand)
-    for members in groups.values():
-        # largest micro-batch that fits, and the next smaller one (bubble/efficiency trade-off)
-        timed = 0
-        for st in sorted(members, key=lambda c: -c.micro_batch_size):
-            if timed >= 2:
-                break
-            mem = estimate_memory(
-                shape,
-                job,
-                st,
-                gpu,
-                capacity_bytes=capacity,
-                safety_margin=margin,
-                image_size=spec.image_size,
-            )
-            if not mem.fits and require_fit:
-                over = mem.device_used_bytes / (mem.capacity_bytes * (1 - margin))
-                if closest is None or over < closest[0]:
-                    closest = (
-                        over,
-                        f"{st.label()} needs {mem.device_used_bytes / 2**30:.1f} GiB per GPU",
-                    )
+
+    def memory_of(st: Strategy) -> MemoryEstimate:
+        return estimate_memory(
+            shape,
+            job,
+            st,
+            gpu,
+            capacity_bytes=capacity,
+            safety_margin=margin,
+            image_size=spec.image_size,
+        )
+
+    # pipeline stages cost a bubble: consider them only when no layout without them fits
+    flat = [g for k, g in groups.items() if k[2] == 1]
+    staged = [g for k, g in groups.items() if k[2] > 1]
+    for members in flat + staged:
+        if members[0].pp > 1 and best is not None:
+            break
+        ordered = sorted(members, key=lambda c: c.micro_batch_size)
+        # memory grows with the micro-batch: binary-search the largest that fits
+        lo, hi = 0, len(ordered) - 1
+        fitting = -1
+        mems: dict[int, MemoryEstimate] = {}
+        while lo <= hi and require_fit:
+            mid = (lo + hi) // 2
+            mems[mid] = memory_of(ordered[mid])
+            if mems[mid].fits:
+                fitting, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        if not require_fit:
+            fitting = len(ordered) - 1
+        if fitting < 0:
+            mem = mems.get(0) or memory_of(ordered[0])
+            over = mem.device_used_bytes / (mem.capacity_bytes * (1 - margin))
+            if closest is None or over < closest[0]:
+                closest = (
+                    over,
+                    f"{ordered[0].label()} needs {mem.device_used_bytes / 2**30:.1f} GiB per GPU",
+                )
+            continue
+        # the largest fitting micro-batch; with pipelining also the next smaller one, since
+        # fewer, larger micro-batches enlarge the bubble
+        for idx in (fitting, fitting - 1) if ordered[0].pp > 1 else (fitting,):
+            if idx < 0:
                 continue
-            timed += 1
+            st = ordered[idx]
+            mem = mems.get(idx) or memory_of(st)
             t = estimate_time(shape, job, st, gpu, topo, work=spec.work, image_size=spec.image_size)
             score = t.step_time_s / (st.micro_batch_size * st.grad_accum * st.dp)
             if best is None or score < best[0]:

@@ -33,8 +33,8 @@ from gpuplan.estimate.activations import (
     Trainable,
     backward_transient_per_token,
     boundary_items,
-    head_items,
-    layer_items,
+    head_items_cached,
+    layer_items_cached,
 )
 from gpuplan.estimate.lora import adapter_params_per_layer
 from gpuplan.estimate.numerics import (
@@ -121,7 +121,7 @@ def _activations(
     seq = shape.fixed_tokens or job.seq_len
     tokens = st.micro_batch_size * seq
     layers = math.ceil(shape.layers / st.pp)
-    items = layer_items(shape, num, tr, seq=seq, fused_attention=job.fused_attention)
+    items = list(layer_items_cached(shape, num, tr, seq, job.fused_attention))
     per_layer = sum(i.bytes_per_token for i in items) / st.tp
     if st.activation_checkpointing == "full":
         kept = sum(i.bytes_per_token for i in boundary_items(shape, num)) / st.tp
@@ -141,7 +141,7 @@ def _activations(
         act_tok = layers * per_layer
     in_flight = min(st.pp, st.grad_accum) if st.pp > 1 else 1
     saved = act_tok * tokens * in_flight
-    saved += sum(i.bytes_per_token for i in head_items(shape, num, tr)) / st.tp * tokens
+    saved += sum(i.bytes_per_token for i in head_items_cached(shape, num, tr)) / st.tp * tokens
     transient = backward_transient_per_token(shape, num) / st.tp * tokens
     return saved, transient, items
 

@@ -18,7 +18,7 @@ import math
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import comm
-from gpuplan.estimate.activations import Numerics, Trainable, layer_items
+from gpuplan.estimate.activations import Numerics, Trainable, layer_items_cached
 from gpuplan.estimate.calibration import efficiencies, for_dtype
 from gpuplan.estimate.compute import ComputeTime, cnn_step, peak_flops, transformer_step
 from gpuplan.estimate.lora import adapter_params_per_layer
@@ -159,7 +159,7 @@ def estimate_time(
             lora_dropout=job.lora_dropout,
             quantized_base=job.method == "qlora",
         )
-        items = layer_items(shape, num, tr, seq=seq, fused_attention=job.fused_attention)
+        items = list(layer_items_cached(shape, num, tr, seq, job.fused_attention))
         ct = transformer_step(
             shape,
             gpu,

@@ -160,8 +160,25 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
             continue
         gpu = catalog.gpu(off.gpu)
         for nodes in _node_counts(off, max_gpus):
+            if nodes > 1 and not off.inter_node_gbps:
+                rejected.append(
+                    Rejection(
+                        provider=off.provider,
+                        instance_type=off.instance_type,
+                        gpu=gpu.id,
+                        nodes=nodes,
+                        reason="multi-node: the catalog states no network bandwidth for this instance",
+                    )
+                )
+                break
             topo = _topology(off, nodes)
-            key = (gpu.id, topo, off.gpu_memory_bytes)
+            # one node: the network does not matter, so offerings share the configuration
+            shared = dataclasses.replace(
+                topo,
+                hosting="vgpu-slice" if topo.hosting == "vgpu-slice" else "bare-metal",
+                **({} if nodes > 1 else {"inter_node_gbps": None, "fabric": None}),
+            )
+            key = (gpu.id, shared, off.gpu_memory_bytes)
             if key not in configs:
                 try:
                     configs[key] = configure(

@@ -64,12 +64,12 @@ class CudaAutocast(TorchFunctionMode):
 
     def __enter__(self) -> CudaAutocast:
         CudaAutocast.active = self.dtype
-        super().__enter__()
+        super().__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, *exc: object) -> None:
         CudaAutocast.active = None
-        super().__exit__(*exc)
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
 
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()

@@ -236,7 +236,7 @@ def _trace_once(
     # MemTracker hooks every parameter's gradient; frozen (LoRA base) ones cannot take a hook
     for param in model.parameters():
         if not param.requires_grad:
-            tracker._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())  # type: ignore[assignment]
+            tracker._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
     cast = CudaAutocast(low[spec.compute_dtype]) if mixed else None
     peak = 0.0
     at_peak: dict[str, float] = {}

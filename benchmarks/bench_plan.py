@@ -1,0 +1,89 @@
+"""Benchmark speed estimates, the auto search and the planner against their targets.
+
+Targets (issues Speed and Plan): one analytic estimate < 50 ms; `parallelism: auto`
+on 64 GPUs < 1 s; planning the whole built-in catalog with max_gpus 64 < 1 s warm;
+`gpuplan --help` start-up < 0.5 s. Prints measurements; exits 1 if a target is missed.
+Run: ``python benchmarks/bench_plan.py``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpuplan.catalog.loader import load_catalog
+from gpuplan.estimate.configure import configure, default_topology
+from gpuplan.estimate.fit import explicit_strategy, memory_job, model_shape
+from gpuplan.estimate.speed import estimate_time
+from gpuplan.planner import PlanSettings, plan
+from gpuplan.spec import load_spec, parse_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _median(fn, n: int) -> float:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    cat = load_catalog(use_user=False)
+    ok = True
+    spec = parse_spec(
+        {
+            "model": "llama-3-8b",
+            "seq_len": 8192,
+            "precision": "bf16-mixed",
+            "global_batch_size": 512,
+            "parallelism": {"sharding": "zero3"},
+            "work": {"tokens": 10**11},
+        }
+    )
+    gpu = cat.gpu("H100-SXM")
+    shape = model_shape(spec.model)
+    job = memory_job(spec, shape)
+    st = explicit_strategy(spec, 8, shape)
+    topo = default_topology(gpu, 8)
+    one = _median(lambda: estimate_time(shape, job, st, gpu, topo, work=spec.work), 50)
+    ok &= one < 0.05
+    print(f"one analytic time estimate: {one * 1000:.2f} ms (target < 50 ms)")
+    auto = parse_spec(
+        {
+            "model": "llama-3-70b",
+            "seq_len": 4096,
+            "precision": "bf16-mixed",
+            "global_batch_size": 512,
+            "work": {"tokens": 10**11},
+        }
+    )
+    topo64 = default_topology(gpu, 64, inter_node_gbps=3200, fabric="infiniband")
+    search = _median(lambda: configure(auto, gpu, 64, topo64, with_scaling=False), 5)
+    ok &= search < 1.0
+    print(f"auto strategy search, Llama-3-70B on 64 GPUs: {search:.3f} s (target < 1 s)")
+    lora = load_spec(REPO / "examples" / "llama3-8b-lora.yaml")
+    plan(lora, cat, PlanSettings(max_gpus=64))  # warm: imports, catalog, model parse
+    warm = _median(lambda: plan(lora, cat, PlanSettings(max_gpus=64)), 3)
+    ok &= warm < 1.0
+    print(
+        f"plan over the built-in catalog ({len(cat.offerings)} offerings), max_gpus 64: {warm:.3f} s warm "
+        "(target < 1 s)"
+    )
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "gpuplan.cli.app", "--help"], check=True, capture_output=True
+    )
+    startup = time.perf_counter() - t0
+    ok &= startup < 0.5
+    print(f"`gpuplan --help` start-up: {startup:.3f} s (target < 0.5 s)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
