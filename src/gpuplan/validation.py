@@ -205,10 +205,10 @@ def format_rows(rows: Sequence[RowResult], scale: float, unit: str) -> list[list
         err = "failed" if r.error is None else f"{r.error:+.1%}"
         out.append(
             [
-                r.id,
+                r.id[:60],
                 r.metric,
-                f"{r.predicted / scale:.2f}",
-                f"{r.measured / scale:.2f}",
+                f"{r.predicted / scale:.4g}",
+                f"{r.measured / scale:.4g}",
                 err,
                 r.note[:60],
             ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -37,31 +37,45 @@ def register(app: typer.Typer) -> None:
     app.add_typer(validate_app, name="validate")
 
 
-@validate_app.command("memory")
-def memory(
-    table: TableOpt = None, json_out: JsonOpt = False, max_median: MaxMedianOpt = None
+def _run(
+    name: str,
+    predict: Any,
+    table: Path | None,
+    json_out: bool,
+    max_median: float | None,
+    scale: float,
+    unit: str,
 ) -> None:
-    """Predicted vs measured per-GPU peak memory, with median and worst error."""
-    from gpuplan.validation import default_table, format_rows, predict_memory, run_table
+    """Run one validation table, print it (or JSON), and gate on the median error."""
+    from gpuplan.validation import default_table, format_rows, run_table
 
-    report = run_table(table or default_table("memory"), predict_memory)
+    report = run_table(table or default_table(name), predict)
+    s = report.summary()
     if json_out:
-        print_json({"summary": report.summary(), "rows": report.rows, "excluded": report.excluded})
+        print_json({"summary": s, "rows": report.rows, "excluded": report.excluded})
     else:
         from rich.table import Table
 
-        t = Table(title=f"memory validation: {report.table}")
-        for col in ("id", "metric", "predicted GiB", "measured GiB", "error", "strategy / note"):
+        t = Table(title=f"{name} validation: {report.table}")
+        for col in (
+            "id",
+            "metric",
+            f"predicted{unit}",
+            f"measured{unit}",
+            "error",
+            "strategy / note",
+        ):
             t.add_column(col)
-        for cells in format_rows(report.rows, 2**30, "GiB"):
+        for cells in format_rows(report.rows, scale, unit):
             t.add_row(*cells)
         out = console()
         out.print(t)
-        s = report.summary()
         out.print(
             f"rows {s['rows']} (+{s['excluded']} excluded with reasons); median |error| "
-            f"{s['median_abs_error']:.1%}; worst {s['worst_abs_error']:.1%} ({s['worst_id']}); "
-            f"under-predicted by >10%: {s['under_predicted_over_10pct']}"
+            f"{_pct(s['median_abs_error'])} (single-node {_pct(s['median_abs_error_single_node'])}, "
+            f"multi-node {_pct(s['median_abs_error_multi_node'])}); worst {_pct(s['worst_abs_error'])} "
+            f"({s['worst_id']}); predicted >10% below measured: {s['under_predicted_over_10pct']}; "
+            f"off by more than 50%: {s['rows_over_50pct']}"
         )
     if max_median is not None and not report.median_abs_error <= max_median:
         typer.echo(
@@ -69,6 +83,16 @@ def memory(
             err=True,
         )
         raise typer.Exit(1)
+
+
+@validate_app.command("memory")
+def memory(
+    table: TableOpt = None, json_out: JsonOpt = False, max_median: MaxMedianOpt = None
+) -> None:
+    """Predicted vs measured per-GPU peak memory (GiB), with median and worst error."""
+    from gpuplan.validation import predict_memory
+
+    _run("memory", predict_memory, table, json_out, max_median, 2**30, " GiB")
 
 
 @validate_app.command("training")
@@ -76,34 +100,6 @@ def training(
     table: TableOpt = None, json_out: JsonOpt = False, max_median: MaxMedianOpt = None
 ) -> None:
     """Predicted vs measured throughput / time-to-train, with median and worst error."""
-    from gpuplan.validation import default_table, predict_training, run_table
+    from gpuplan.validation import predict_training
 
-    report = run_table(table or default_table("training"), predict_training)
-    if json_out:
-        print_json({"summary": report.summary(), "rows": report.rows, "excluded": report.excluded})
-    else:
-        from rich.table import Table
-
-        t = Table(title=f"training validation: {report.table}")
-        for col in ("id", "metric", "predicted", "measured", "error", "strategy / note"):
-            t.add_column(col)
-        for r in report.rows:
-            err = "failed" if r.error is None else f"{r.error:+.1%}"
-            t.add_row(
-                r.id[:60], r.metric, f"{r.predicted:.4g}", f"{r.measured:.4g}", err, r.note[:50]
-            )
-        out = console()
-        out.print(t)
-        s = report.summary()
-        out.print(
-            f"rows {s['rows']} (+{s['excluded']} excluded with reasons); median |error| "
-            f"{s['median_abs_error']:.1%} (single-node {_pct(s['median_abs_error_single_node'])}, "
-            f"multi-node {_pct(s['median_abs_error_multi_node'])}); worst {s['worst_abs_error']:.1%} "
-            f"({s['worst_id']}); rows off by more than 50%: {s['rows_over_50pct']}"
-        )
-    if max_median is not None and not report.median_abs_error <= max_median:
-        typer.echo(
-            f"error: median |error| {report.median_abs_error:.1%} exceeds --max-median {max_median:.1%}",
-            err=True,
-        )
-        raise typer.Exit(1)
+    _run("training", predict_training, table, json_out, max_median, 1.0, "")
