@@ -12,7 +12,8 @@ message on one line (with the hint) and exits 2. Anything else is a bug.
     ├── InfeasibleError     nothing satisfies the spec; carries the closest rejections
     ├── MissingInputError   an estimate needs an input the user did not give
     ├── MonitorError        a sampler or the watch agent cannot proceed
-    └── ActionError         a stop/scale action failed
+    ├── ActionError         a stop/scale action failed
+    └── ExportError         (gpuplan.planner.export) an option cannot be exported to a launcher
 """
 
 from __future__ import annotations

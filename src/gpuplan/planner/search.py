@@ -176,7 +176,8 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
             shared = dataclasses.replace(
                 topo,
                 hosting="vgpu-slice" if topo.hosting == "vgpu-slice" else "bare-metal",
-                **({} if nodes > 1 else {"inter_node_gbps": None, "fabric": None}),
+                inter_node_gbps=topo.inter_node_gbps if nodes > 1 else None,
+                fabric=topo.fabric if nodes > 1 else None,
             )
             key = (gpu.id, shared, off.gpu_memory_bytes)
             if key not in configs:

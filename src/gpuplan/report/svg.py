@@ -135,50 +135,86 @@ def scatter(
     x = LogAxis.fit([t / per for t in times], left, _WIDTH - right)
     costs = [o.cost_total for o in points] + ([budget] if budget else [])
     y = LogAxis.fit(costs, height - bottom, top)
-    out = [f'<svg class="chart" viewBox="0 0 {_WIDTH} {height}" width="{_WIDTH}" height="{height}" '
-           f'role="img" aria-label="Cost versus time of the ranked options">',
-           "<title>Cost versus time; the line joins the Pareto front</title>"]
+    out = [
+        f'<svg class="chart" viewBox="0 0 {_WIDTH} {height}" width="{_WIDTH}" height="{height}" '
+        f'role="img" aria-label="Cost versus time of the ranked options">',
+        "<title>Cost versus time; the line joins the Pareto front</title>",
+    ]
     out += _grid(x, y, left, top, _WIDTH - right, height - bottom)
-    out.append(f'<text class="axis" x="{num((left + _WIDTH - right) / 2)}" y="{height - 14}" '
-               f'text-anchor="middle">Wall-clock time incl. startup ({esc(unit)}, log scale)</text>')
-    out.append(f'<text class="axis" transform="translate(18 {num((top + height - bottom) / 2)}) rotate(-90)" '
-               f'text-anchor="middle">Total cost ({esc(currency)}, log scale)</text>')
+    out.append(
+        f'<text class="axis" x="{num((left + _WIDTH - right) / 2)}" y="{height - 14}" '
+        f'text-anchor="middle">Wall-clock time incl. startup ({esc(unit)}, log scale)</text>'
+    )
+    out.append(
+        f'<text class="axis" transform="translate(18 {num((top + height - bottom) / 2)}) rotate(-90)" '
+        f'text-anchor="middle">Total cost ({esc(currency)}, log scale)</text>'
+    )
     if deadline_s:
         px = x(deadline_s / per)
-        out.append(f'<line class="limit" x1="{num(px)}" y1="{top}" x2="{num(px)}" y2="{height - bottom}">'
-                   f"<title>deadline {esc(format_duration(deadline_s))}</title></line>")
-        out.append(f'<text class="limit-label" x="{num(px - 4)}" y="{top + 12}" text-anchor="end">deadline</text>')
+        out.append(
+            f'<line class="limit" x1="{num(px)}" y1="{top}" x2="{num(px)}" y2="{height - bottom}">'
+            f"<title>deadline {esc(format_duration(deadline_s))}</title></line>"
+        )
+        out.append(
+            f'<text class="limit-label" x="{num(px - 4)}" y="{top + 12}" text-anchor="end">deadline</text>'
+        )
     if budget:
         py = y(budget)
-        out.append(f'<line class="limit" x1="{left}" y1="{num(py)}" x2="{_WIDTH - right}" y2="{num(py)}">'
-                   f"<title>budget {budget:,.2f} {esc(currency)}</title></line>")
-        out.append(f'<text class="limit-label" x="{_WIDTH - right - 4}" y="{num(py - 4)}" '
-                   'text-anchor="end">budget</text>')
-    front_pts = sorted((o for o in points if option_key(o) in front), key=lambda o: (o.time_s, o.cost_total))
+        out.append(
+            f'<line class="limit" x1="{left}" y1="{num(py)}" x2="{_WIDTH - right}" y2="{num(py)}">'
+            f"<title>budget {budget:,.2f} {esc(currency)}</title></line>"
+        )
+        out.append(
+            f'<text class="limit-label" x="{_WIDTH - right - 4}" y="{num(py - 4)}" '
+            'text-anchor="end">budget</text>'
+        )
+    front_pts = sorted(
+        (o for o in points if option_key(o) in front), key=lambda o: (o.time_s, o.cost_total)
+    )
     if len(front_pts) > 1:
         path = " ".join(f"{num(x(o.time_s / per))},{num(y(o.cost_total))}" for o in front_pts)
-        out.append(f'<polyline class="front" points="{path}"><title>Pareto front</title></polyline>')
+        out.append(
+            f'<polyline class="front" points="{path}"><title>Pareto front</title></polyline>'
+        )
     # draw unranked first so ranked points (and the best) end up on top
     for o in sorted(points, key=lambda o: -rank.get(option_key(o), 10**9)):
-        out.append(_point(o, x(o.time_s / per), y(o.cost_total), rank.get(option_key(o)),
-                          option_key(o) in front, currency))
+        out.append(
+            _point(
+                o,
+                x(o.time_s / per),
+                y(o.cost_total),
+                rank.get(option_key(o)),
+                option_key(o) in front,
+                currency,
+            )
+        )
     out += _scatter_legend(points, left, 16)
     out.append("</svg>")
     return "\n".join(out)
 
 
 def _grid(x: LogAxis, y: LogAxis, x0: float, y0: float, x1: float, y1: float) -> list[str]:
-    out = [f'<rect class="plot" x="{num(x0)}" y="{num(y0)}" width="{num(x1 - x0)}" height="{num(y1 - y0)}"/>']
+    out = [
+        f'<rect class="plot" x="{num(x0)}" y="{num(y0)}" width="{num(x1 - x0)}" height="{num(y1 - y0)}"/>'
+    ]
     for t in x.ticks():
         px = x(t)
-        out.append(f'<line class="grid" x1="{num(px)}" y1="{num(y0)}" x2="{num(px)}" y2="{num(y1)}"/>')
-        out.append(f'<text class="tick" x="{num(px)}" y="{num(y1 + 16)}" text-anchor="middle">'
-                   f"{esc(tick_label(t))}</text>")
+        out.append(
+            f'<line class="grid" x1="{num(px)}" y1="{num(y0)}" x2="{num(px)}" y2="{num(y1)}"/>'
+        )
+        out.append(
+            f'<text class="tick" x="{num(px)}" y="{num(y1 + 16)}" text-anchor="middle">'
+            f"{esc(tick_label(t))}</text>"
+        )
     for t in y.ticks():
         py = y(t)
-        out.append(f'<line class="grid" x1="{num(x0)}" y1="{num(py)}" x2="{num(x1)}" y2="{num(py)}"/>')
-        out.append(f'<text class="tick" x="{num(x0 - 6)}" y="{num(py + 4)}" text-anchor="end">'
-                   f"{esc(tick_label(t))}</text>")
+        out.append(
+            f'<line class="grid" x1="{num(x0)}" y1="{num(py)}" x2="{num(x1)}" y2="{num(py)}"/>'
+        )
+        out.append(
+            f'<text class="tick" x="{num(x0 - 6)}" y="{num(py + 4)}" text-anchor="end">'
+            f"{esc(tick_label(t))}</text>"
+        )
     return out
 
 
@@ -186,15 +222,17 @@ def _point(o: Option, px: float, py: float, rank: int | None, on_front: bool, cu
     color = MODE_COLORS.get(o.billing_mode, OTHER_COLOR)
     ring = ' stroke="#000" stroke-width="2"' if on_front else ' stroke="#fff" stroke-width="1"'
     radius = 7 if rank == 1 else 5
-    tip = [f"#{rank} " if rank else "", o.label(),
-           f"\ntime {format_duration(o.time_s)}, cost {o.cost_total:,.2f} {currency}",
-           f"\n{o.configuration.strategy.label()}",
-           "\non the Pareto front" if on_front else ""]
+    tip = [
+        f"#{rank} " if rank else "",
+        o.label(),
+        f"\ntime {format_duration(o.time_s)}, cost {o.cost_total:,.2f} {currency}",
+        f"\n{o.configuration.strategy.label()}",
+        "\non the Pareto front" if on_front else "",
+    ]
     text = f"<title>{esc(''.join(tip))}</title>"
     out = f'<circle cx="{num(px)}" cy="{num(py)}" r="{radius}" fill="{color}"{ring}>{text}</circle>'
     if rank is not None and rank <= 9:
-        out += (f'<text class="rank" x="{num(px + radius + 2)}" y="{num(py - radius)}">'
-                f"{rank}</text>")
+        out += f'<text class="rank" x="{num(px + radius + 2)}" y="{num(py - radius)}">{rank}</text>'
     return out
 
 
@@ -213,9 +251,13 @@ def _scatter_legend(points: Sequence[Option], x0: float, y0: float) -> list[str]
         out.append(f'<circle cx="{num(lx + 6)}" cy="{num(y0)}" r="5" fill="{color}"/>')
         out.append(f'<text class="legend" x="{num(lx + 16)}" y="{num(y0 + 4)}">{esc(mode)}</text>')
         lx += _legend_width(mode)
-    out.append(f'<circle cx="{num(lx + 6)}" cy="{num(y0)}" r="5" fill="#fff" stroke="#000" stroke-width="2"/>')
-    out.append(f'<text class="legend" x="{num(lx + 16)}" y="{num(y0 + 4)}">on the Pareto front '
-               "(joined by the line)</text>")
+    out.append(
+        f'<circle cx="{num(lx + 6)}" cy="{num(y0)}" r="5" fill="#fff" stroke="#000" stroke-width="2"/>'
+    )
+    out.append(
+        f'<text class="legend" x="{num(lx + 16)}" y="{num(y0 + 4)}">on the Pareto front '
+        "(joined by the line)</text>"
+    )
     return out
 
 
@@ -236,22 +278,37 @@ def memory_bars(options: Sequence[Option]) -> str:
     x0, x1 = label_w, _WIDTH - right
     rows = list(options)
     height = top + len(rows) * (row_h + gap) + 40
-    peak = max((max(o.configuration.fit.memory.capacity_bytes, o.configuration.fit.memory.device_used_bytes)
-                for o in rows), default=GIB) / GIB
+    peak = (
+        max(
+            (
+                max(
+                    o.configuration.fit.memory.capacity_bytes,
+                    o.configuration.fit.memory.device_used_bytes,
+                )
+                for o in rows
+            ),
+            default=GIB,
+        )
+        / GIB
+    )
     step = _nice_step(peak * 1.05)
     scale_max = math.ceil(peak * 1.05 / step) * step
 
     def px(gib: float) -> float:
         return x0 + gib / scale_max * (x1 - x0)
 
-    out = [f'<svg class="chart" viewBox="0 0 {_WIDTH} {height}" width="{_WIDTH}" height="{height}" '
-           'role="img" aria-label="Per-GPU memory breakdown of the top options">',
-           "<title>Per-GPU memory breakdown (GiB) against GPU capacity</title>"]
+    out = [
+        f'<svg class="chart" viewBox="0 0 {_WIDTH} {height}" width="{_WIDTH}" height="{height}" '
+        'role="img" aria-label="Per-GPU memory breakdown of the top options">',
+        "<title>Per-GPU memory breakdown (GiB) against GPU capacity</title>",
+    ]
     lx = 90.0
     for part, color in (*MEMORY_PARTS, ("GPU capacity", "#C00000")):
         if part == "GPU capacity":
-            out.append(f'<line x1="{num(lx + 6)}" y1="8" x2="{num(lx + 6)}" y2="22" stroke="{color}" '
-                       'stroke-width="3"/>')
+            out.append(
+                f'<line x1="{num(lx + 6)}" y1="8" x2="{num(lx + 6)}" y2="22" stroke="{color}" '
+                'stroke-width="3"/>'
+            )
         else:
             out.append(f'<rect x="{num(lx)}" y="9" width="12" height="12" fill="{color}"/>')
         out.append(f'<text class="legend" x="{num(lx + 16)}" y="20">{esc(part)}</text>')
@@ -259,13 +316,19 @@ def memory_bars(options: Sequence[Option]) -> str:
     bottom_y = top + len(rows) * (row_h + gap)
     tick = 0.0
     while tick <= scale_max + 1e-9:
-        out.append(f'<line class="grid" x1="{num(px(tick))}" y1="{top - 6}" x2="{num(px(tick))}" '
-                   f'y2="{num(bottom_y)}"/>')
-        out.append(f'<text class="tick" x="{num(px(tick))}" y="{num(bottom_y + 14)}" text-anchor="middle">'
-                   f"{esc(tick_label(tick))}</text>")
+        out.append(
+            f'<line class="grid" x1="{num(px(tick))}" y1="{top - 6}" x2="{num(px(tick))}" '
+            f'y2="{num(bottom_y)}"/>'
+        )
+        out.append(
+            f'<text class="tick" x="{num(px(tick))}" y="{num(bottom_y + 14)}" text-anchor="middle">'
+            f"{esc(tick_label(tick))}</text>"
+        )
         tick += step
-    out.append(f'<text class="axis" x="{num((x0 + x1) / 2)}" y="{num(bottom_y + 32)}" text-anchor="middle">'
-               "Memory per GPU (GiB)</text>")
+    out.append(
+        f'<text class="axis" x="{num((x0 + x1) / 2)}" y="{num(bottom_y + 32)}" text-anchor="middle">'
+        "Memory per GPU (GiB)</text>"
+    )
     for i, o in enumerate(rows):
         out += _memory_row(o, i + 1, top + i * (row_h + gap), row_h, px, label_w)
     out.append("</svg>")
@@ -278,8 +341,10 @@ def _memory_row(
     mem = o.configuration.fit.memory
     label = f"#{rank} {o.gpu} x{o.gpus} ({o.provider} {o.instance_type})"
     short = label if len(label) <= 44 else label[:43] + "\u2026"
-    out = [f'<text class="rowlabel" x="{label_w - 8}" y="{num(y + h / 2 + 4)}" text-anchor="end">'
-           f"<title>{esc(label)}</title>{esc(short)}</text>"]
+    out = [
+        f'<text class="rowlabel" x="{label_w - 8}" y="{num(y + h / 2 + 4)}" text-anchor="end">'
+        f"<title>{esc(label)}</title>{esc(short)}</text>"
+    ]
     parts = list(MEMORY_PARTS)
     parts += [(p, OTHER_COLOR) for p in sorted(mem.breakdown) if p not in dict(MEMORY_PARTS)]
     cursor = 0.0
@@ -288,11 +353,15 @@ def _memory_row(
         if gib <= 0:
             continue
         x_a, x_b = px(cursor), px(cursor + gib)
-        out.append(f'<rect x="{num(x_a)}" y="{num(y)}" width="{num(max(x_b - x_a, 0.5))}" height="{num(h)}" '
-                   f'fill="{color}"><title>{esc(part)}: {gib:.2f} GiB</title></rect>')
+        out.append(
+            f'<rect x="{num(x_a)}" y="{num(y)}" width="{num(max(x_b - x_a, 0.5))}" height="{num(h)}" '
+            f'fill="{color}"><title>{esc(part)}: {gib:.2f} GiB</title></rect>'
+        )
         cursor += gib
     cap = mem.capacity_bytes / GIB
-    out.append(f'<line x1="{num(px(cap))}" y1="{num(y - 3)}" x2="{num(px(cap))}" y2="{num(y + h + 3)}" '
-               f'stroke="#C00000" stroke-width="3"><title>capacity {cap:.1f} GiB; used {cursor:.1f} GiB, '
-               f"headroom {mem.headroom_bytes / GIB:.1f} GiB</title></line>")
+    out.append(
+        f'<line x1="{num(px(cap))}" y1="{num(y - 3)}" x2="{num(px(cap))}" y2="{num(y + h + 3)}" '
+        f'stroke="#C00000" stroke-width="3"><title>capacity {cap:.1f} GiB; used {cursor:.1f} GiB, '
+        f"headroom {mem.headroom_bytes / GIB:.1f} GiB</title></line>"
+    )
     return out

@@ -1,0 +1,266 @@
+"""How to launch one option's strategy: torchrun counts, script flags and config files.
+
+Shared by both exports (:mod:`gpuplan.planner.export`). Pure formatting of
+the strategy the planner chose; nothing is re-estimated.
+
+* ZeRO stages give a DeepSpeed JSON config (deepspeed.ai "DeepSpeed
+  Configuration JSON": ``train_batch_size`` = micro-batch x accumulation x
+  data-parallel GPUs, ``bf16``/``fp16`` ``enabled`` (never both),
+  ``zero_optimization.stage``, ``offload_optimizer`` for stages 1-3,
+  ``offload_param`` for stage 3 only).
+* FSDP gives an accelerate config (accelerate ``usage_guides/fsdp.md`` and
+  ``commands/launch.py``: ``distributed_type: FSDP``, ``num_machines``,
+  ``num_processes`` over all machines, ``fsdp_config.fsdp_sharding_strategy``,
+  ``fsdp_activation_checkpointing``, ``fsdp_offload_params``).
+* Tensor or pipeline parallelism gives Megatron-LM flags
+  (``megatron/training/arguments.py``); with ZeRO, DeepSpeed's own
+  ``--deepspeed --deepspeed_config`` (``deepspeed.add_config_arguments``), as
+  Megatron-DeepSpeed reads them.
+* Otherwise the flags are the transformers Trainer's
+  (``--per_device_train_batch_size``, ``--deepspeed``, ``--fsdp``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from gpuplan.estimate.strategy import Strategy
+from gpuplan.planner.model import Option
+from gpuplan.spec import JobSpec
+
+MASTER_PORT = 29500
+"""torchrun's default rendezvous port (``torch/distributed/run.py``)."""
+
+SCRIPT_NOTE = (
+    "train.py stands for your training script: flags follow the transformers Trainer "
+    "(--per_device_train_batch_size, --deepspeed, --fsdp) or, with tensor/pipeline "
+    "parallelism, Megatron-LM (--tensor-model-parallel-size ...); adapt them to your script"
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchPlan:
+    """What to launch: node and process counts, script flags, config files, notes."""
+
+    nodes: int
+    procs_per_node: int
+    script_args: tuple[str, ...]
+    files: tuple[tuple[str, str], ...]
+    """(file name, content) pairs the script flags refer to."""
+    notes: tuple[str, ...]
+    accelerate_args: tuple[str, ...] = ()
+    """Script flags for ``accelerate launch`` (FSDP only; the config carries the sharding)."""
+
+
+def precision_mode(spec: JobSpec) -> str:
+    """``bf16``, ``fp16`` or ``no``: the mixed-precision mode the launch configs use."""
+    dtype = spec.compute_dtype
+    if dtype in ("bf16", "fp8"):
+        return "bf16"
+    return "fp16" if dtype == "fp16" else "no"
+
+
+def launch_plan(option: Option, spec: JobSpec) -> LaunchPlan:
+    """Derive the launch (flags and config files) from the option's strategy."""
+    st = option.configuration.strategy
+    topo = option.configuration.topology
+    prec = precision_mode(spec)
+    files, notes = _files(st, option.nodes, topo.gpus_per_node, prec)
+    notes = [SCRIPT_NOTE, *_spec_notes(spec), *notes]
+    accelerate_args: tuple[str, ...] = ()
+    if st.sharding == "fsdp":
+        accelerate_args = _hf_args(st, prec, deepspeed=None, fsdp=None)
+    if st.tp > 1 or st.pp > 1:
+        args = _megatron_args(st, prec)
+        if st.sharding.startswith("zero"):
+            notes.append(
+                "tensor/pipeline parallel flags follow Megatron-LM; --deepspeed/--deepspeed_config "
+                "follow Megatron-DeepSpeed (upstream Megatron-LM without DeepSpeed: use "
+                "--use-distributed-optimizer for ZeRO-1)"
+            )
+        if st.sharding == "fsdp" and st.pp > 1:
+            notes.append("Megatron's --use-torch-fsdp2 does not support pipeline parallelism yet")
+    else:
+        ds = "ds_config.json" if st.sharding.startswith("zero") else None
+        fsdp = None
+        if st.sharding == "fsdp":
+            fsdp = "full_shard auto_wrap" + (" offload" if st.offload != "none" else "")
+        args = _hf_args(st, prec, deepspeed=ds, fsdp=fsdp)
+        if st.activation_checkpointing == "selective":
+            notes.append(
+                "the estimate assumes selective activation checkpointing; the transformers "
+                "Trainer only offers full (--gradient_checkpointing)"
+            )
+    if topo.compute_fraction < 1:
+        notes.append(
+            f"{option.instance_type} is a fractional GPU slice ({topo.compute_fraction:.3g} of a "
+            f"{option.gpu}): one process"
+        )
+    return LaunchPlan(
+        nodes=option.nodes,
+        procs_per_node=topo.gpus_per_node,
+        script_args=args,
+        files=tuple(files),
+        notes=tuple(notes),
+        accelerate_args=accelerate_args,
+    )
+
+
+def _spec_notes(spec: JobSpec) -> list[str]:
+    notes = []
+    if spec.compute_dtype == "fp8":
+        notes.append(
+            "fp8-mixed: the estimate assumes FP8 GEMMs (e.g. Transformer Engine); the configs "
+            "set bf16 for everything else"
+        )
+    if spec.method in ("lora", "qlora"):
+        rank = spec.lora.rank if spec.lora else "?"
+        notes.append(
+            f"{spec.method}: the estimate assumes PEFT adapters (rank {rank}); only adapter "
+            "weights are trained"
+        )
+    return notes
+
+
+def _files(
+    st: Strategy, nodes: int, per_node: int, prec: str
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """Config files for the sharding, and notes on combinations to watch."""
+    files: list[tuple[str, str]] = []
+    notes: list[str] = []
+    if st.sharding.startswith("zero"):
+        stage = int(st.sharding[-1])
+        files.append(("ds_config.json", deepspeed_config(st, stage, prec)))
+        if st.pp > 1 and stage > 1:
+            notes.append(
+                f"DeepSpeed's pipeline engine supports ZeRO stages 0-1 only; ZeRO-{stage} with "
+                f"pp={st.pp} needs Megatron's own pipeline schedule"
+            )
+    elif st.sharding == "fsdp":
+        files.append(("accelerate_fsdp.yaml", accelerate_config(st, nodes, per_node, prec)))
+    return files, notes
+
+
+def _hf_args(
+    st: Strategy, prec: str, *, deepspeed: str | None, fsdp: str | None
+) -> tuple[str, ...]:
+    args = [
+        "--per_device_train_batch_size",
+        str(st.micro_batch_size),
+        "--gradient_accumulation_steps",
+        str(st.grad_accum),
+    ]
+    if prec != "no":
+        args.append(f"--{prec}")
+    if st.activation_checkpointing != "none":
+        args.append("--gradient_checkpointing")
+    if deepspeed:
+        args += ["--deepspeed", deepspeed]
+    if fsdp:
+        args += ["--fsdp", fsdp]
+    return tuple(args)
+
+
+def _megatron_args(st: Strategy, prec: str) -> tuple[str, ...]:
+    global_batch = st.micro_batch_size * st.grad_accum * st.dp
+    args = [
+        "--tensor-model-parallel-size",
+        str(st.tp),
+        "--pipeline-model-parallel-size",
+        str(st.pp),
+    ]
+    args += [
+        "--micro-batch-size",
+        str(st.micro_batch_size),
+        "--global-batch-size",
+        str(global_batch),
+    ]
+    if prec != "no":
+        args.append(f"--{prec}")
+    if st.activation_checkpointing == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform"]
+        args += ["--recompute-num-layers", "1"]
+    elif st.activation_checkpointing == "selective":
+        args += ["--recompute-granularity", "selective"]
+    if st.sharding.startswith("zero"):  # Megatron-DeepSpeed: the ZeRO stage is in ds_config.json
+        args += ["--deepspeed", "--deepspeed_config", "ds_config.json"]
+    elif st.sharding == "fsdp":
+        args.append("--use-torch-fsdp2")
+    return tuple(args)
+
+
+def deepspeed_config(st: Strategy, stage: int, prec: str) -> str:
+    """The DeepSpeed JSON config of a ZeRO ``stage`` for this strategy's batch layout."""
+    zero: dict[str, object] = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
+    if st.offload in ("optimizer", "optimizer+params"):
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if st.offload == "optimizer+params" and stage == 3:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    config: dict[str, object] = {
+        "train_batch_size": st.micro_batch_size * st.grad_accum * st.dp,
+        "train_micro_batch_size_per_gpu": st.micro_batch_size,
+        "gradient_accumulation_steps": st.grad_accum,
+        "gradient_clipping": 1.0,
+    }
+    if prec == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif prec == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0}
+    config["zero_optimization"] = zero
+    if st.tp > 1:  # only read by deepspeed.checkpointing (Megatron-DeepSpeed)
+        config["activation_checkpointing"] = {
+            "partition_activations": True,
+            "cpu_checkpointing": False,
+            "contiguous_memory_optimization": False,
+        }
+    return json.dumps(config, indent=2) + "\n"
+
+
+def accelerate_config(st: Strategy, nodes: int, per_node: int, prec: str) -> str:
+    """The accelerate FSDP config (FULL_SHARD) for ``nodes`` x ``per_node`` processes."""
+    import yaml
+
+    config = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": "FSDP",
+        "mixed_precision": prec,
+        "num_machines": nodes,
+        "num_processes": nodes * per_node,
+        "machine_rank": 0,
+        "main_process_port": MASTER_PORT,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "fsdp_config": {
+            "fsdp_sharding_strategy": "FULL_SHARD",
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "fsdp_activation_checkpointing": st.activation_checkpointing != "none",
+            "fsdp_offload_params": st.offload != "none",
+            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+            "fsdp_use_orig_params": True,
+            "fsdp_sync_module_states": True,
+            "fsdp_cpu_ram_efficient_loading": True,
+        },
+    }
+    head = (
+        "# machine_rank and main_process_ip are given per node on the command line:\n"
+        "#   accelerate launch --config_file accelerate_fsdp.yaml --machine_rank $NODE_RANK "
+        "--main_process_ip $MASTER_ADDR train.py ...\n"
+    )
+    return head + yaml.safe_dump(config, sort_keys=False)
+
+
+def join_args(args: tuple[str, ...]) -> str:
+    """Shell-join script flags (values with spaces double-quoted)."""
+    return " ".join(f'"{a}"' if " " in a else a for a in args)
+
+
+def torchrun_command(
+    lp: LaunchPlan, *, nnodes: str, nproc: str, node_rank: str, master_addr: str
+) -> str:
+    """``torchrun ... train.py FLAGS`` with a line continuation before the script."""
+    head = (
+        f"torchrun --nnodes {nnodes} --nproc-per-node {nproc} --node-rank {node_rank} "
+        f"--master-addr {master_addr} --master-port {MASTER_PORT}"
+    )
+    return head + " \\\n    train.py " + join_args(lp.script_args)
