@@ -12,7 +12,13 @@ Facts read from each project's source (model and loss code):
   (``chunked_cross_entropy``, 128-token chunks), so only one chunk's fp32
   gradient is live at a time.
 * ``torchtune``: its own modules. ``CEWithChunkedOutputLoss`` splits the output
-  into 8 chunks and upcasts chunk by chunk.
+  into 8 chunks and upcasts chunk by chunk; LoRA parameters get their own FSDP units.
+
+FSDP and LoRA: litgpt wraps whole transformer Blocks, so frozen weights and LoRA
+adapters share FSDP units; PyTorch's FSDP then allocates gradients as if nothing
+were frozen (PyTorch FSDP docs on ``use_orig_params``; litgpt#1417, #1538). litgpt
+also accumulates gradients under ``no_backward_sync``, which keeps FSDP gradients
+unsharded until the last micro-batch.
 """
 
 from __future__ import annotations
@@ -30,14 +36,23 @@ class Framework:
     loss_chunks: int
     """Number of chunks the loss is computed in (1 = whole logits at once)."""
     default_optimizer_impl: str
+    fsdp_mixed_units: bool = False
+    """FSDP units mix frozen and trainable parameters (gradients for all of them)."""
+    fsdp_unsharded_accumulation: bool = False
+    """Gradient accumulation under no_sync keeps FSDP gradients unsharded."""
 
 
 FRAMEWORKS: dict[str, Framework] = {
     "hf": Framework(name="hf", python_gelu=True, loss_chunks=1, default_optimizer_impl="foreach"),
     "litgpt": Framework(
-        name="litgpt", python_gelu=False, loss_chunks=16, default_optimizer_impl="foreach"
+        name="litgpt",
+        python_gelu=False,
+        loss_chunks=16,
+        default_optimizer_impl="foreach",
+        fsdp_mixed_units=True,
+        fsdp_unsharded_accumulation=True,
     ),
     "torchtune": Framework(
-        name="torchtune", python_gelu=False, loss_chunks=8, default_optimizer_impl="fused"
+        name="torchtune", python_gelu=False, loss_chunks=8, default_optimizer_impl="foreach"
     ),
 }

@@ -36,6 +36,7 @@ from gpuplan.estimate.activations import (
     head_items_cached,
     layer_items_cached,
 )
+from gpuplan.estimate.frameworks import FRAMEWORKS
 from gpuplan.estimate.lora import adapter_params_per_layer
 from gpuplan.estimate.numerics import (
     NF4_BYTES,
@@ -108,7 +109,6 @@ def _activations(
 ) -> tuple[float, float, list[Item]]:
     """(saved activation bytes, backward transient bytes, per-layer items) on the worst stage."""
     from gpuplan.estimate.activations import Numerics
-    from gpuplan.estimate.frameworks import FRAMEWORKS
 
     fw = FRAMEWORKS[job.framework]
     num = Numerics(
@@ -239,6 +239,16 @@ def estimate_memory(
     # gradients and optimizer state
     grads = trainable * grad_b / shard_g
     d["gradients"] = grads
+    fw = FRAMEWORKS[job.framework]
+    if zero3 and job.method != "full" and fw.fsdp_mixed_units:
+        unsharded = fw.fsdp_unsharded_accumulation and st.grad_accum > 1
+        d["gradients: FSDP units mixing frozen and LoRA params"] = (
+            stage_p * grad_b / (1 if unsharded else st.dp) - grads
+        )
+        assumptions.append(
+            f"{job.framework}: FSDP units mix frozen and LoRA parameters, so gradients are allocated "
+            "for all of them" + (", unsharded while accumulating (no_sync)" if unsharded else "")
+        )
     if st.sharding == "none" and st.dp > 1 and job.method == "full":
         d["gradients: DDP bucket copies"] = trainable * grad_b
         assumptions.append(
@@ -304,7 +314,7 @@ def estimate_memory(
         "weights: dequantized layer (transient)", 0.0
     )
     persistent_w = weights - copies
-    grads_all = d["gradients"] + d.get("gradients: DDP bucket copies", 0.0)
+    grads_all = sum(v for k, v in d.items() if k.startswith("gradients"))
     acts = saved + transient
     accumulating = st.grad_accum > 1
     fwd_bwd = (
