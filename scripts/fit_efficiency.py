@@ -4,7 +4,7 @@ One parameter per (architecture, compute class): ``gemm`` for 16-bit/tf32 tensor
 cores, ``gemm_fp8`` for fp8, ``gemm_fp32`` for plain fp32. Each is chosen on a
 grid to minimise the median |log(predicted / measured)| over that
 architecture's rows of that class, never per row. Rows of classes or
-architectures with fewer than 3 rows keep their prior. Also reports a 2-fold
+architectures with fewer than 2 rows keep their prior. Also reports a 2-fold
 cross-validated median error (fit on even rows, test on odd, and back), so the
 in-sample numbers are not the only ones quoted.
 
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 TABLE = REPO / "validation" / "training.csv"
 YAML = REPO / "src" / "gpuplan" / "estimate" / "efficiency.yaml"
 GRID = [round(0.15 + 0.01 * i, 2) for i in range(76)]  # 0.15 .. 0.90 (no GEMM sustains more)
-MIN_ROWS = 3
+MIN_ROWS = 2
 
 
 def _class(row: dict[str, str]) -> str:
