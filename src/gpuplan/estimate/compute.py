@@ -84,6 +84,7 @@ def transformer_step(
     k_routed = shape.experts_per_token if shape.num_experts > 1 else 1
     gemm_fwd = gemm_bwd = 0.0
     t_gemm = 0.0
+    cast_bytes = 0.0
     for lin in shape.linears:
         per_token: float
         if lin.role == "router":
@@ -98,6 +99,11 @@ def transformer_step(
             + lin.in_features * lin.out_features / tp
         ) * a
         bwd_mult = 2.0 if tr.full else 1.0  # frozen base: input gradient only
+        if dtype == "fp8" and lin.role != "router":
+            # Transformer Engine casts each GEMM's operands to fp8 with a scale: forward input and
+            # weight, backward output gradient (read in 16 bits, written in 8)
+            w = lin.in_features * lin.out_features / tp
+            cast_bytes += (tokens * copies * (lin.in_features + lin.out_features / tp) + w) * (a + 1)
         gemm_fwd += flops
         gemm_bwd += flops * bwd_mult
         t_gemm += _gemm_time(flops, nbytes, peak, bw, eff) * (1 + bwd_mult)
@@ -117,7 +123,7 @@ def transformer_step(
         t_attn = 3 * _gemm_time(attn_fwd, sq_bytes / 3, peak, bw, eff)
         attn_hw = attn_fwd * 3
     saved = sum(i.bytes_per_token for i in items) / tp * tokens
-    t_elem = ELEMENTWISE_PASSES * saved / (bw * eff.hbm)
+    t_elem = (ELEMENTWISE_PASSES * saved + cast_bytes) / (bw * eff.hbm)
     t_launch = KERNELS_PER_LAYER * eff.kernel_overhead_s
     layer_fwd_share = t_gemm / 3 + t_attn / (1 + FLASH_BWD_FACTOR) + t_elem / 3
     per_layer = t_gemm + t_attn + t_elem + t_launch
