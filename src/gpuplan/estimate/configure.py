@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpuplan.catalog.schema import GpuSpec
-from gpuplan.errors import InfeasibleError
+from gpuplan.errors import GpuPlanError, InfeasibleError
 from gpuplan.estimate import comm
 from gpuplan.estimate.fit import (
     FitResult,
@@ -231,7 +231,7 @@ def _scaling(
             base = configure(
                 spec, gpu, n, small, margin=margin, capacity=capacity, with_scaling=False
             )
-        except InfeasibleError:
+        except GpuPlanError:  # does not fit, or the layout needs more GPUs
             n *= 2
             continue
         per_gpu_base = base.time.samples_per_s / n

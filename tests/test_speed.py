@@ -1,0 +1,198 @@
+"""Speed: the time contract, communication tiers, scaling and hardware selection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuplan.catalog.loader import load_catalog
+from gpuplan.errors import GpuPlanError, MissingInputError
+from gpuplan.estimate import comm
+from gpuplan.estimate.calibration import efficiencies
+from gpuplan.estimate.configure import configure, default_topology
+from gpuplan.spec import load_spec, parse_spec
+
+EX = Path(__file__).resolve().parents[1] / "examples"
+TIME_KEYS = {
+    "step_time_s",
+    "samples_per_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "mfu",
+    "compute_s",
+    "exposed_comm_s",
+    "comm_fraction",
+    "scaling_efficiency",
+    "time_to_train_s",
+    "gpu_hours",
+}
+
+
+@pytest.fixture(scope="module")
+def cat():  # type: ignore[no-untyped-def]
+    return load_catalog(use_user=False)
+
+
+def test_estimate_time_contract(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli(
+        "estimate",
+        str(EX / "llama3-8b-pretrain.yaml"),
+        "--gpu",
+        "H100-SXM",
+        "--count",
+        "8",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    t = json.loads(result.stdout)["time"]
+    assert set(t) >= TIME_KEYS
+    assert t["tokens_per_s"] == pytest.approx(t["tokens_per_s_per_gpu"] * 8)
+    assert 0 < t["mfu"] < 1
+    assert t["gpu_hours"] == pytest.approx(t["time_to_train_s"] * 8 / 3600)
+    # 100B tokens at the reported throughput
+    assert t["time_to_train_s"] == pytest.approx(1e11 / t["tokens_per_s"], rel=1e-6)
+
+
+def test_vision_tokens_are_null(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli(
+        "estimate",
+        str(EX / "resnet50-imagenet.yaml"),
+        "--gpu",
+        "A100-80GB",
+        "--count",
+        "8",
+        "--json",
+    )
+    t = json.loads(result.stdout)["time"]
+    assert t["tokens_per_s"] is None
+    assert t["tokens_per_s_per_gpu"] is None
+    assert t["samples_per_s"] > 0
+
+
+def test_collective_formulas() -> None:
+    link = comm.Link(bandwidth=100e9, latency=0.0, name="x")
+    nbytes = 1e9
+    # nccl-tests: all-reduce moves 2(n-1)/n x S per rank, all-gather (n-1)/n x S
+    assert comm.collective_time("all-reduce", nbytes, 8, 8, link, None) == pytest.approx(
+        2 * 7 / 8 * 1e9 / 100e9
+    )
+    assert comm.collective_time("all-gather", nbytes, 8, 8, link, None) == pytest.approx(
+        7 / 8 * 1e9 / 100e9
+    )
+    assert comm.collective_time("all-reduce", nbytes, 1, 1, link, None) == 0.0
+
+
+def test_pcie_loses_to_nvswitch_and_slow_network_to_fast(cat) -> None:  # type: ignore[no-untyped-def]
+    spec = parse_spec(
+        {
+            "model": "llama-2-7b",
+            "precision": "bf16-mixed",
+            "seq_len": 2048,
+            "micro_batch_size": 1,
+            "global_batch_size": 64,
+            "parallelism": {"sharding": "zero2"},
+            "work": {"tokens": 10**9},
+        }
+    )
+    gpu = cat.gpu("A100-80GB")
+    nvs = configure(spec, gpu, 8, default_topology(gpu, 8, intra_node="nvswitch"))
+    pcie = configure(spec, gpu, 8, default_topology(gpu, 8, intra_node="pcie"))
+    assert pcie.time.comm_total_s > nvs.time.comm_total_s
+    assert pcie.time.step_time_s >= nvs.time.step_time_s
+    fast = configure(
+        spec, gpu, 16, default_topology(gpu, 16, inter_node_gbps=1600, fabric="infiniband")
+    )
+    slow = configure(
+        spec, gpu, 16, default_topology(gpu, 16, inter_node_gbps=25, fabric="ethernet")
+    )
+    assert slow.time.step_time_s > fast.time.step_time_s
+    assert slow.time.scaling_efficiency < fast.time.scaling_efficiency
+
+
+def test_multi_node_needs_the_network(cat) -> None:  # type: ignore[no-untyped-def]
+    spec = load_spec(EX / "llama3-8b-pretrain.yaml")
+    with pytest.raises(MissingInputError, match="--inter-node-gbps"):
+        configure(spec, cat.gpu("H100-SXM"), 16)
+
+
+def test_pipeline_bubble(cat) -> None:  # type: ignore[no-untyped-def]
+    spec = parse_spec(
+        {
+            "model": "llama-2-13b",
+            "precision": "bf16-mixed",
+            "seq_len": 2048,
+            "micro_batch_size": 1,
+            "global_batch_size": 8,
+            "parallelism": {"sharding": "none", "tp": 1, "pp": 4},
+            "work": {"steps": 10},
+        }
+    )
+    gpu = cat.gpu("H100-SXM")
+    conf = configure(spec, gpu, 8, default_topology(gpu, 8), require_fit=False)
+    t = conf.time
+    m, p = conf.strategy.grad_accum, 4
+    assert t.bubble_s == pytest.approx(t.compute_s * (p - 1) / m, rel=1e-6)
+
+
+def test_efficiency_data_has_a_basis() -> None:
+    effs = efficiencies()
+    for arch in ("Hopper", "Ampere", "Blackwell", "Ada Lovelace", "Volta", "Turing", "CDNA3"):
+        a = effs.archs[arch]
+        assert 0 < a.gemm < 1
+        assert 0 < a.hbm <= 1
+        assert a.basis
+
+
+def test_scale_table(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli(
+        "scale", str(EX / "llama3-8b-lora.yaml"), "--gpu", "A100-80GB", "--max-gpus", "16", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    nvswitch = [
+        r for r in rows if "nvswitch" in r["interconnect"] or r["interconnect"] == "single GPU"
+    ]
+    assert [r["gpus"] for r in nvswitch[:5]] == [1, 2, 4, 8, 16]
+    assert nvswitch[0]["scaling_efficiency"] == pytest.approx(1.0)
+
+
+def test_offering_hardware(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli(
+        "estimate",
+        str(EX / "llama3-8b-lora.yaml"),
+        "--offering",
+        "aws:p4d.24xlarge",
+        "--nodes",
+        "2",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["gpu"] == "A100-40GB"
+    assert data["count"] == 16
+    assert data["topology"]["gpus_per_node"] == 8
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--gpu", "H100-SXM", "--count", "8", "--fabric", "carrier-pigeon"], "--fabric"),
+        (["--gpu", "H100-SXM", "--count", "16"], "--inter-node-gbps"),
+        (["--offering", "aws"], "--offering"),
+        (["--gpu", "A100-80GB", "--set", "precision=fp8-mixed"], "precision"),
+    ],
+)
+def test_estimate_bad_input(cli, args, needle) -> None:  # type: ignore[no-untyped-def]
+    result = cli("estimate", str(EX / "llama3-8b-pretrain.yaml"), *args)
+    assert result.exit_code == 2
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1
+    assert needle in lines[0]
+
+
+def test_gpu_plan_error_is_the_base(cat) -> None:  # type: ignore[no-untyped-def]
+    spec = parse_spec({"model": "llama-3-70b", "seq_len": 4096, "work": {"tokens": 10}})
+    with pytest.raises(GpuPlanError):
+        configure(spec, cat.gpu("T4"), 1)
