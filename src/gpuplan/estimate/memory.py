@@ -286,12 +286,16 @@ def estimate_memory(
     d["optimizer: state"] = opt_state / shard_o
     d["optimizer: step temporaries"] = opt_tmp / shard_o
     if zero3:
-        d["weights: unsharded layers in flight (all-gather)"] = (
-            2
-            * shape.params_per_layer
-            / st.tp
-            * max(pb.compute_copy, pb.param if job.method == "full" else 2)
-        )
+        # two layers gathered at a time (current + prefetched), in the dtype they are stored in
+        if job.method == "qlora":
+            nf4 = NF4_BYTES_DQ if job.double_quant else NF4_BYTES
+            linear = shape.params_linear_per_layer
+            layer_bytes = linear * nf4 + (shape.params_per_layer - linear) * 2
+        elif job.method == "lora":
+            layer_bytes = shape.params_per_layer * (4 if job.precision in ("fp32", "tf32") else 2)
+        else:
+            layer_bytes = shape.params_per_layer * (pb.compute_copy or pb.param)
+        d["weights: unsharded layers in flight (all-gather)"] = 2 * layer_bytes / st.tp
 
     # activations
     act_items: list[Item] = []
