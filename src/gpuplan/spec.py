@@ -76,6 +76,12 @@ class ParallelismSpec(_Spec):
     sharding: Sharding = Field(default="none", description="ZeRO stage or FSDP full sharding.")
     tp: int = Field(default=1, ge=1, le=512, description="Tensor-parallel degree.")
     pp: int = Field(default=1, ge=1, le=512, description="Pipeline-parallel degree.")
+    vp: int = Field(
+        default=1,
+        ge=1,
+        le=128,
+        description="Virtual pipeline stages per GPU (interleaved 1F1B); divides the bubble by vp.",
+    )
 
 
 class WorkSpec(_Spec):

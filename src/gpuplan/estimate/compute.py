@@ -103,7 +103,9 @@ def transformer_step(
             # Transformer Engine casts each GEMM's operands to fp8 with a scale: forward input and
             # weight, backward output gradient (read in 16 bits, written in 8)
             w = lin.in_features * lin.out_features / tp
-            cast_bytes += (tokens * copies * (lin.in_features + lin.out_features / tp) + w) * (a + 1)
+            cast_bytes += (tokens * copies * (lin.in_features + lin.out_features / tp) + w) * (
+                a + 1
+            )
         gemm_fwd += flops
         gemm_bwd += flops * bwd_mult
         t_gemm += _gemm_time(flops, nbytes, peak, bw, eff) * (1 + bwd_mult)

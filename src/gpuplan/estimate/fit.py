@@ -138,6 +138,7 @@ def explicit_strategy(
         sharding=par.sharding,
         tp=par.tp,
         pp=par.pp,
+        vp=par.vp if par.pp > 1 else 1,
         dp=dp,
         micro_batch_size=mb,
         grad_accum=ga,

@@ -178,7 +178,8 @@ def estimate_time(
     virt = eff_all.virtualization.get(topo.hosting, 1.0) * topo.compute_fraction
     micro = (ct.layer_s + ct.head_s) / virt
     m = st.grad_accum
-    bubble_frac = (st.pp - 1) / (m + st.pp - 1) if st.pp > 1 else 0.0
+    # 1F1B: bubble = (p-1)/m of the compute; interleaving over vp virtual stages divides it by vp
+    bubble_frac = (st.pp - 1) / (st.vp * m + st.pp - 1) if st.pp > 1 else 0.0
     compute = m * micro
     bubble = compute * bubble_frac / (1 - bubble_frac) if bubble_frac < 1 else math.inf
     optimizer_s = ct.optimizer_s
@@ -236,7 +237,7 @@ def estimate_time(
     if st.pp > 1 and shape.family != "cnn":
         act_pp = st.micro_batch_size * seq * shape.hidden * pb.act / st.tp
         hop = inter if (inter is not None and st.tp * st.pp > gpn) else intra
-        pp_total = 2 * m * comm.p2p_time(act_pp, hop) * (1 - ov["pipeline_p2p"])
+        pp_total = 2 * m * st.vp * comm.p2p_time(act_pp, hop) * (1 - ov["pipeline_p2p"])
     exposed = dp_exposed + tp_total * (1 - ov["tensor_parallel"]) + pp_total
     comm_total = dp_total + tp_total + pp_total
     step = (compute + bubble + exposed + optimizer_s) * (1 + eff.step_overhead)

@@ -20,6 +20,8 @@ class Strategy:
     tp: int = 1
     pp: int = 1
     dp: int = 1
+    vp: int = 1
+    """Virtual pipeline stages per GPU (interleaved schedule)."""
     micro_batch_size: int = 1
     grad_accum: int = 1
     activation_checkpointing: str = "none"
@@ -39,6 +41,7 @@ class Strategy:
             "micro_batch_size": self.micro_batch_size,
             "activation_checkpointing": self.activation_checkpointing,
             "dp": self.dp,
+            "vp": self.vp,
             "grad_accum": self.grad_accum,
             "offload": self.offload,
         }
@@ -47,7 +50,7 @@ class Strategy:
         """Short human label, e.g. ``zero3 dp8 mb4 ckpt=full``."""
         parts = [self.sharding]
         parts += [f"tp{self.tp}"] if self.tp > 1 else []
-        parts += [f"pp{self.pp}"] if self.pp > 1 else []
+        parts += [f"pp{self.pp}" + (f"v{self.vp}" if self.vp > 1 else "")] if self.pp > 1 else []
         parts += [f"dp{self.dp}", f"mb{self.micro_batch_size}"]
         if self.grad_accum > 1:
             parts.append(f"ga{self.grad_accum}")
