@@ -1,6 +1,7 @@
 """Fit the speed model's per-architecture GEMM efficiencies to validation/training.csv.
 
-One parameter per (architecture, compute class): ``gemm`` for 16-bit/tf32 tensor
+The fraction of tensor-parallel traffic hidden behind compute (one global
+value, on the rows with tp > 1), then one parameter per (architecture, compute class): ``gemm`` for 16-bit/tf32 tensor
 cores, ``gemm_fp8`` for fp8, ``gemm_fp32`` for plain fp32. Each is chosen on a
 grid to minimise the median |log(predicted / measured)| over that
 architecture's rows of that class, never per row. Rows of classes or
@@ -63,9 +64,27 @@ def _error(rows: list[dict[str, str]]) -> list[float]:
     return out
 
 
+def _fit_tp_overlap(rows: list[dict[str, str]], base: calibration.Efficiencies) -> calibration.Efficiencies:
+    """Fit the fraction of tensor-parallel traffic hidden behind compute on rows with tp > 1."""
+    members = [r for r in rows if re.search(r"\btp: ([2-9]|\d\d)", r["spec"])]
+    if len(members) < MIN_ROWS:
+        return base
+    best = (math.inf, base.overlap["tensor_parallel"])
+    for value in [round(0.05 * i, 2) for i in range(20)]:
+        trial = dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": value})
+        calibration.use_efficiencies(trial)
+        errs = _error(members)
+        if errs and statistics.median(errs) < best[0]:
+            best = (statistics.median(errs), value)
+    calibration.use_efficiencies(None)
+    print(f"  overlap tensor_parallel = {best[1]:.2f} on {len(members)} rows (median |log err| {best[0]:.3f})")
+    return dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": best[1]})
+
+
 def fit(rows: list[dict[str, str]], base: calibration.Efficiencies) -> calibration.Efficiencies:
     """Fitted parameters for the given rows, starting from ``base``."""
     cat = load_catalog(use_user=False)
+    base = _fit_tp_overlap(rows, base)
     groups: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
     for row in rows:
         arch = cat.gpu(row["gpu"]).architecture
@@ -126,6 +145,7 @@ def main() -> int:
                 elif value != getattr(base.archs[arch], key):
                     new = new.replace("\n    hbm:", f"\n    {key}: {value:.2f}\n    hbm:")
             text = text.replace(old, new)
+        text = re.sub(r"(\n  tensor_parallel: )[0-9.]+", rf"\g<1>{fitted.overlap['tensor_parallel']:.2f}", text)
         YAML.write_text(text)
         print(f"wrote {YAML}")
     return 0
