@@ -12,8 +12,11 @@ Numbers and their sources (``reference/estimators.md``, section 6):
 * NCCL: about 1.6 GB for one communicator after an all-reduce, about 6 GB
   with three or more (NVIDIA/nccl#864, #2363); allocated outside torch.
 * Caching allocator: segments are rounded and fragment; reserved exceeds
-  allocated. We use a fixed fraction fitted on published pairs of
-  allocated/reserved readings (see ``validation/memory.csv``).
+  allocated. The reserve is ``max(256 MiB, f x allocated)``; f = 0.06 gives the
+  lowest median error over the 25 rows of ``validation/memory.csv`` that report
+  reserved or device-used memory (sweep of f from 0 to 0.25, 2026-11-29). Some
+  runs fragment far more (eager BERT, FSDP at tiny batches: 15-25%); a larger f
+  would trade those for over-prediction elsewhere.
 """
 
 from __future__ import annotations
