@@ -73,3 +73,15 @@ def test_trace_refuses_what_it_cannot_run() -> None:
     analytic = fit(spec, load_catalog(use_user=False).gpu("A10"), 1)
     with pytest.raises(SpecError, match="--trace"):
         trace_fit(spec, analytic)
+
+
+def test_cli_fit_trace_json(cli) -> None:  # type: ignore[no-untyped-def]
+    import json
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parents[1] / "examples" / "gpt2-full.yaml"
+    result = cli("fit", str(spec), "--gpu", "A100-80GB", "--trace", "--json")
+    assert result.exit_code == 0, result.output
+    memory = json.loads(result.stdout)["memory"]
+    assert memory["basis"] == "traced"
+    assert sum(memory["breakdown"].values()) == pytest.approx(memory["device_used_bytes"], rel=1e-6)

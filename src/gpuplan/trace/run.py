@@ -219,7 +219,12 @@ def _trace_once(
         )
     model = _build(config, layers, param_dtype, family)
     if spec.activation_checkpointing != "none":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # transformers 5 renamed gradient_checkpointing_enable (deprecated) to activation_*
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if spec.method == "lora":
         _apply_lora(model, spec.lora.targets, spec.lora.rank, spec.lora.alpha, spec.lora.dropout)
     trainable = [p for p in model.parameters() if p.requires_grad]
