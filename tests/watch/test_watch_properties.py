@@ -117,3 +117,16 @@ def test_stops_respect_min_uptime_and_cooldown(
 def test_policy_is_pure(trace: tuple[PolicyConfig, list[Observation]]) -> None:
     cfg, obs = trace
     assert run(cfg, obs) == run(cfg, obs)
+
+
+def test_idle_reading_at_the_same_instant_as_a_busy_one_does_not_start_the_run() -> None:
+    """Regression (found by the property above): busy and idle readings with one timestamp."""
+    cfg = PolicyConfig(window_s=30.0, interval_s=INTERVAL, min_uptime_s=0.0, cooldown_s=0.0)
+    obs = [
+        Observation(t_s=0.0, sample=SAMPLES["busy-util"]),
+        Observation(t_s=0.0, sample=SAMPLES["idle"]),
+        Observation(t_s=30.0, sample=SAMPLES["idle"]),
+    ]
+    decisions = run(cfg, obs)
+    assert not any(d.action for d in decisions)
+    assert decisions[-1].idle_for_s == 0.0

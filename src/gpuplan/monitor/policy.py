@@ -177,6 +177,14 @@ def advance_timer(
             IdleTimer(last_t_s=t_s, idle_for_s=timer.idle_for_s, unknown_since_s=since),
             note,
         )
+    if (
+        run_start is None
+        and timer.last_t_s == t_s
+        and (timer.unknown_since_s is not None or timer.run_start_s is None)
+    ):
+        # a busy or unknown reading carries this same timestamp: the idle run cannot start
+        # at an instant that also has non-idle evidence, so it starts at the next reading
+        return IdleTimer(last_t_s=t_s, idle_for_s=0.0), note
     start = run_start if run_start is not None else t_s
     return IdleTimer(run_start_s=start, last_t_s=t_s, idle_for_s=t_s - start), note
 
