@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from typer.testing import CliRunner
+
+# CI runs every property test on a fixed seed sequence (reproducible); local runs explore
+# new random examples, which is how counterexamples get found and pinned as regressions.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
