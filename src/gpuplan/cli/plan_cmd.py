@@ -181,7 +181,9 @@ def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
         out.print(f"{i}. {o.why}")
     for w in result.warnings:
         out.print(f"[yellow]warning:[/yellow] {w}")
-    reasons = Counter(r.reason.split(":")[0].split(" (")[0][:60] for r in result.rejected)
+    from gpuplan.planner.model import reason_class
+
+    reasons = Counter(reason_class(r.reason) for r in result.rejected)
     out.print("rejected: " + "; ".join(f"{n} x {why}" for why, n in reasons.most_common(6)))
     near = [r for r in result.rejected if r.time_s is not None][:3]
     for r in near:

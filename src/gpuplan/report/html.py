@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gpuplan.planner.model import Option, Plan, Rejection
+from gpuplan.planner.model import Option, Plan, Rejection, reason_class
 from gpuplan.report.svg import GIB, esc, memory_bars, option_key, scatter
 from gpuplan.spec import JobSpec
 from gpuplan.units import format_count, format_duration
@@ -307,38 +307,6 @@ def _cost_details(plan: Plan) -> str:
 
 
 # --- rejections ------------------------------------------------------------------------
-
-_REASON_CLASSES: tuple[tuple[str, str], ...] = (
-    ("misses the deadline", "misses the deadline"),
-    ("over budget", "over budget"),
-    ("does not fit", "does not fit in GPU memory"),
-    ("network bandwidth", "multi-node network bandwidth unknown"),
-    ("no price", "no price (in the allowed billing modes)"),
-    ("not in constraints.providers", "provider not allowed"),
-    ("constraints.regions", "region not allowed"),
-    ("lacks compliance", "lacks required compliance"),
-    ("bare metal", "not bare metal"),
-    ("global_batch_size", "batch size does not divide the GPUs"),
-    ("precision:", "precision not supported by the GPU"),
-)
-
-
-def reason_class(reason: str) -> str:
-    """Group a rejection reason into a short class, e.g. ``misses the deadline``.
-
-    >>> reason_class("misses the deadline: 53.8 h > 24.0 h")
-    'misses the deadline'
-    >>> reason_class("precision: bf16-mixed needs bf16, which T4 does not support")
-    'precision not supported by the GPU'
-    >>> reason_class("something else: details")
-    'something else'
-    """
-    for needle, name in _REASON_CLASSES:
-        if needle in reason:
-            return name
-    head = reason.split(":")[0].strip()
-    return head if len(head) <= 60 else head[:59] + "\u2026"
-
 
 def _closeness(
     r: Rejection, deadline: float | None, budget: float | None
