@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 import functools
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,6 @@ from gpuplan.catalog.schema import (
     FxRates,
     GpuSpec,
     Offering,
-    Price,
 )
 from gpuplan.errors import CatalogError, UnknownNameError
 
@@ -351,10 +350,3 @@ def load_catalog(
             hint="run `gpuplan catalog validate` to list every problem",
         )
     return cat
-
-
-def iter_prices(cat: Catalog) -> Iterator[tuple[Offering, Price]]:
-    """Every (offering, price) pair of the catalog."""
-    for off in cat.offerings:
-        for price in off.prices:
-            yield off, price

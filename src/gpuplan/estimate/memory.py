@@ -30,6 +30,7 @@ from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import overheads as ovh
 from gpuplan.estimate.activations import (
     Item,
+    Numerics,
     Trainable,
     backward_transient_per_token,
     boundary_items,
@@ -108,8 +109,6 @@ def _activations(
     shape: Shape, job: MemoryJob, st: Strategy, tr: Trainable, act_bytes: int, autocast: bool
 ) -> tuple[float, float, list[Item]]:
     """(saved activation bytes, backward transient bytes, per-layer items) on the worst stage."""
-    from gpuplan.estimate.activations import Numerics
-
     fw = FRAMEWORKS[job.framework]
     num = Numerics(
         act_bytes=act_bytes,

@@ -133,14 +133,7 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
     for off in sorted(catalog.offerings, key=lambda o: (o.provider, o.instance_type, o.regions)):
         why_not = _allowed(off, spec)
         if why_not:
-            rejected.append(
-                Rejection(
-                    provider=off.provider,
-                    instance_type=off.instance_type,
-                    reason=why_not,
-                    gpu=off.gpu,
-                )
-            )
+            rejected.append(_offering_rejection(off, why_not))
             continue
         prices = [p for p in off.prices if not modes or p.mode in modes]
         if not prices:
@@ -149,25 +142,16 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
                 if not off.prices
                 else f"no price in the allowed billing modes {sorted(modes)}"
             )
-            rejected.append(
-                Rejection(
-                    provider=off.provider,
-                    instance_type=off.instance_type,
-                    reason=reason,
-                    gpu=off.gpu,
-                )
-            )
+            rejected.append(_offering_rejection(off, reason))
             continue
         gpu = catalog.gpu(off.gpu)
         for nodes in _node_counts(off, max_gpus):
             if nodes > 1 and not off.inter_node_gbps:
                 rejected.append(
-                    Rejection(
-                        provider=off.provider,
-                        instance_type=off.instance_type,
-                        gpu=gpu.id,
+                    _offering_rejection(
+                        off,
+                        "multi-node: the catalog states no network bandwidth for this instance",
                         nodes=nodes,
-                        reason="multi-node: the catalog states no network bandwidth for this instance",
                     )
                 )
                 break
@@ -195,16 +179,8 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
                     configs[key] = exc
             conf = configs[key]
             if isinstance(conf, GpuPlanError):
-                rejected.append(
-                    Rejection(
-                        provider=off.provider,
-                        instance_type=off.instance_type,
-                        reason=conf.message,
-                        gpu=gpu.id,
-                        nodes=nodes,
-                    )
-                )
-                if "does not fit" not in conf.message:
+                rejected.append(_offering_rejection(off, conf.message, nodes=nodes))
+                if not isinstance(conf, InfeasibleError):
                     break  # network unknown or precision unsupported: more nodes will not help
                 continue
             run_s = conf.time.time_to_train_s or 0.0
@@ -218,14 +194,7 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
                     )
                 except GpuPlanError as exc:
                     rejected.append(
-                        Rejection(
-                            provider=off.provider,
-                            instance_type=off.instance_type,
-                            reason=exc.message,
-                            gpu=gpu.id,
-                            nodes=nodes,
-                            billing_mode=price.mode,
-                        )
+                        _offering_rejection(off, exc.message, nodes=nodes, billing_mode=price.mode)
                     )
     feasible: list[Option] = []
     for o in options:
@@ -313,6 +282,20 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
         assumptions=assumptions,
         warnings=plan_warnings,
         considered=considered,
+    )
+
+
+def _offering_rejection(
+    off: Offering, reason: str, *, nodes: int = 0, billing_mode: str = ""
+) -> Rejection:
+    """A rejection of an offering before any option was priced."""
+    return Rejection(
+        provider=off.provider,
+        instance_type=off.instance_type,
+        reason=reason,
+        gpu=off.gpu,
+        nodes=nodes,
+        billing_mode=billing_mode,
     )
 
 
