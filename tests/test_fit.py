@@ -175,3 +175,35 @@ def test_cli_bad_spec_exit_2_one_line(cli, tmp_path, text, needle) -> None:  # t
     assert result.exit_code == 2
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in result.output
+
+
+def test_zero_grad_zeros_keeps_gradients_through_backward(cat) -> None:  # type: ignore[no-untyped-def]
+    """Before PyTorch 2.0 zero_grad() zeroed in place: the grads are there during forward too."""
+    gpu = cat.gpu("A100-80GB")
+    kw = {"model": "bert-large", "seq_len": 512, "precision": "fp32", "micro_batch_size": 4}
+    freed = fit(spec(**kw), gpu).memory
+    kept = fit(spec(**kw, zero_grad="zeros"), gpu).memory
+    assert freed.peak_phase == kept.peak_phase == "forward/backward"
+    grads = kept.details["gradients"]
+    model = kept.peak_allocated_bytes - freed.peak_allocated_bytes
+    assert model == pytest.approx(grads, rel=1e-6)
+
+
+def test_loss_chunks_override_the_framework(cat) -> None:  # type: ignore[no-untyped-def]
+    """torchtune without chunked CE keeps one fp32 logits tensor (4 B/vocab entry) instead of the
+    chunked bf16 logits and fp32 log-softmax (2 + 4 B), but the whole fp32 and bf16 logits
+    gradients (6 B) appear at once at the start of backward."""
+    gpu = cat.gpu("A100-80GB")
+    kw = {"model": "llama-3.2-3b", "seq_len": 4096, "micro_batch_size": 2, "framework": "torchtune"}
+    chunked = fit(spec(**kw), gpu).memory
+    whole = fit(spec(**kw, loss_chunks=1), gpu).memory
+    tokens, vocab = 2 * 4096, model_shape("llama-3.2-3b").vocab
+    saved = whole.details["activations: saved for backward"] - chunked.details[
+        "activations: saved for backward"
+    ]
+    assert saved == pytest.approx(-tokens * vocab * 2, rel=1e-6)
+    transient = whole.details["activations: loss/logits gradients (start of backward)"]
+    assert transient == pytest.approx(tokens * vocab * 6, rel=1e-6)
+    assert whole.peak_allocated_bytes > chunked.peak_allocated_bytes
+    with pytest.raises(GpuPlanError, match="loss_chunks"):
+        spec(loss_chunks=0)

@@ -210,10 +210,25 @@ class JobSpec(_Spec):
         description="Optimizer kernel: foreach (torch's CUDA default, one parameter-sized temporary), "
         "fused, or a per-parameter loop.",
     )
-    attention: Literal["auto", "fused", "eager"] = Field(
+    loss_chunks: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Chunks the LM head and loss run in (1 = the whole logits tensor at once); "
+        "default: the framework's (hf 1, torchtune 8, litgpt 16).",
+    )
+    zero_grad: Literal["set_to_none", "zeros"] = Field(
+        default="set_to_none",
+        description="How gradients are cleared between steps: set_to_none (freed, so they are "
+        "not there during the next forward; the default since PyTorch 2.0) or zeros (kept "
+        "allocated and zeroed: zero_grad() before PyTorch 2.0, as in the HF Trainer of 2022).",
+    )
+    attention: Literal["auto", "fused", "cudnn", "eager"] = Field(
         default="auto",
         description="Attention kernel: fused (flash/memory-efficient SDPA, the default of current "
-        "PyTorch and transformers) or eager (materialised s x s scores).",
+        "PyTorch and transformers; FlashAttention-2 class), cudnn (cuDNN / FlashAttention-3 class, "
+        "as Transformer Engine in NeMo and Megatron: faster on Hopper and later) or eager "
+        "(materialised s x s scores).",
     )
     parallelism: Literal["auto"] | ParallelismSpec = Field(
         default="auto", description="'auto' or {sharding, tp, pp}."

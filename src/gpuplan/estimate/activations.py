@@ -48,6 +48,9 @@ class Numerics:
     so norms keep only their 16-bit input and elementwise intermediates are not saved."""
     loss_chunks: int = 1
     """Chunks the LM loss runs in: only one chunk's fp32 gradient is live at a time."""
+    logits_upcast_in_model: bool = False
+    """The model itself returns fp32 logits and the 16-bit ones are not kept (torchtune's
+    ``TransformerDecoder`` without output chunks: ``self.output(h).float()``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -278,6 +281,10 @@ def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
         if tr.full:
             items.append(Item(name="lm_head input", bytes_per_token=a * h))
         v = shape.vocab
+        if num.logits_upcast_in_model:
+            # fp32 logits: the loss keeps its fp32 input (compiled) or log_softmax output
+            items.append(Item(name="fp32 logits / log_softmax (loss)", bytes_per_token=FP32 * v))
+            return items
         if a < FP32:
             # logits kept in the model output; the loss upcasts and log_softmax keeps fp32
             items.append(Item(name="logits (model output)", bytes_per_token=a * v))

@@ -98,9 +98,12 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         lora_dropout=dropout,
         double_quant=double_quant,
         fused_attention=spec.attention != "eager",
+        cudnn_attention=spec.attention == "cudnn",
         framework=spec.framework,
         compiled=spec.compile,
         optimizer_impl=_optimizer_impl(spec),
+        grads_kept=spec.zero_grad == "zeros",
+        loss_chunks=spec.loss_chunks,
     )
 
 

@@ -13,6 +13,9 @@ Facts read from each project's source (model and loss code):
   gradient is live at a time.
 * ``torchtune``: its own modules. ``CEWithChunkedOutputLoss`` splits the output
   into 8 chunks and upcasts chunk by chunk; LoRA parameters get their own FSDP units.
+  With ``loss_chunks: 1`` (plain ``CrossEntropyLoss``) the decoder returns
+  ``self.output(h).float()`` and the recipe deletes the logits before backward,
+  so only the loss's fp32 tensor stays.
 
 FSDP and LoRA: litgpt wraps whole transformer Blocks, so frozen weights and LoRA
 adapters share FSDP units; PyTorch's FSDP then allocates gradients as if nothing
@@ -40,6 +43,8 @@ class Framework:
     """FSDP units mix frozen and trainable parameters (gradients for all of them)."""
     fsdp_unsharded_accumulation: bool = False
     """Gradient accumulation under no_sync keeps FSDP gradients unsharded."""
+    upcast_unchunked_logits: bool = False
+    """Without loss chunks the model returns fp32 logits (the 16-bit ones are freed)."""
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -53,6 +58,10 @@ FRAMEWORKS: dict[str, Framework] = {
         fsdp_unsharded_accumulation=True,
     ),
     "torchtune": Framework(
-        name="torchtune", python_gelu=False, loss_chunks=8, default_optimizer_impl="foreach"
+        name="torchtune",
+        python_gelu=False,
+        loss_chunks=8,
+        default_optimizer_impl="foreach",
+        upcast_unchunked_logits=True,
     ),
 }

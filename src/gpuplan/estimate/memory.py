@@ -4,7 +4,8 @@ The step is modelled in two phases, and the peak is the larger:
 
 * **forward/backward**: weights + optimizer state + autocast weight copies +
   saved activations + the loss/logits gradients at the start of backward,
-  plus gradients (already there when micro-batches accumulate; otherwise they
+  plus gradients (already there when micro-batches accumulate, or when
+  ``zero_grad`` zeroes them instead of freeing them; otherwise they
   grow while activations are freed, so the phase peaks at
   ``max(activations, gradients)``);
 * **optimizer step**: weights + optimizer state + gradients + the optimizer's
@@ -65,9 +66,12 @@ class MemoryJob:
     lora_dropout: float = 0.0
     double_quant: bool = True
     fused_attention: bool = True
+    cudnn_attention: bool = False
     framework: str = "hf"
     compiled: bool = False
     optimizer_impl: str = "foreach"
+    grads_kept: bool = False
+    loss_chunks: int | None = None
     cuda_context_bytes: float | None = None
 
 
@@ -110,12 +114,14 @@ def _activations(
 ) -> tuple[float, float, list[Item]]:
     """(saved activation bytes, backward transient bytes, per-layer items) on the worst stage."""
     fw = FRAMEWORKS[job.framework]
+    chunks = job.loss_chunks or fw.loss_chunks
     num = Numerics(
         act_bytes=act_bytes,
         autocast=autocast,
         python_gelu=fw.python_gelu,
         compiled=job.compiled,
-        loss_chunks=fw.loss_chunks,
+        loss_chunks=chunks,
+        logits_upcast_in_model=chunks == 1 and fw.upcast_unchunked_logits,
     )
     seq = shape.fixed_tokens or job.seq_len
     tokens = st.micro_batch_size * seq
@@ -319,7 +325,9 @@ def estimate_memory(
     persistent_w = weights - copies
     grads_all = sum(v for k, v in d.items() if k.startswith("gradients"))
     acts = saved + transient
-    accumulating = st.grad_accum > 1
+    # gradients are there through forward/backward when micro-batches accumulate, or
+    # when zero_grad zeroes them in place instead of freeing them
+    accumulating = st.grad_accum > 1 or job.grads_kept
     fwd_bwd = (
         persistent_w
         + copies
