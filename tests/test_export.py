@@ -346,6 +346,19 @@ def test_megatron_flags_for_tensor_and_pipeline_parallel(full: Plan, spec: JobSp
     assert flag(args, "--pipeline-model-parallel-size") == str(pp.configuration.strategy.pp)
 
 
+def test_megatron_interleaved_pipeline_flag(full: Plan, spec: JobSpec) -> None:
+    """The export asks Megatron for the interleaved schedule the estimate assumed (vp > 1)."""
+    o = pick(full, lambda o: o.configuration.strategy.pp > 1)
+    plain = torchrun_args(export(o, spec, "torchrun"))
+    assert "--num-virtual-stages-per-pipeline-rank" not in plain
+    conf = o.configuration
+    st = dataclasses.replace(conf.strategy, vp=4)
+    fit4 = dataclasses.replace(conf.fit, strategy=st)
+    o4 = dataclasses.replace(o, configuration=dataclasses.replace(conf, fit=fit4))
+    args = torchrun_args(export(o4, spec, "torchrun"))
+    assert flag(args, "--num-virtual-stages-per-pipeline-rank") == "4"
+
+
 def test_megatron_with_zero_uses_deepspeed_config(full: Plan, spec: JobSpec) -> None:
     o = pick(
         full,

@@ -170,6 +170,8 @@ def _megatron_args(st: Strategy, prec: str) -> tuple[str, ...]:
         "--pipeline-model-parallel-size",
         str(st.pp),
     ]
+    if st.pp > 1 and st.vp > 1:  # interleaved 1F1B: the bubble the estimate assumed
+        args += ["--num-virtual-stages-per-pipeline-rank", str(st.vp)]
     args += [
         "--micro-batch-size",
         str(st.micro_batch_size),
