@@ -2,7 +2,9 @@
 
 The fraction of tensor-parallel traffic hidden behind compute (one global
 value, on the rows with tp > 1), then one parameter per (architecture, compute class): ``gemm`` for 16-bit/tf32 tensor
-cores, ``gemm_fp8`` for fp8, ``gemm_fp32`` for plain fp32. Each is chosen on a
+cores, ``gemm_fp8`` for fp8, ``gemm_fp32`` for plain fp32; and per architecture
+``attention`` and ``attention_cudnn``, the fused-attention efficiencies (FlashAttention-2
+class and cuDNN/FlashAttention-3 class), on the rows at sequence length >= 8192. Each is chosen on a
 grid to minimise the median |log(predicted / measured)| over that
 architecture's rows of that class, never per row. Rows of classes or
 architectures with fewer than 2 rows keep their prior. Also reports a 2-fold
@@ -32,6 +34,7 @@ TABLE = REPO / "validation" / "training.csv"
 YAML = REPO / "src" / "gpuplan" / "estimate" / "efficiency.yaml"
 GRID = [round(0.15 + 0.01 * i, 2) for i in range(76)]  # 0.15 .. 0.90 (no GEMM sustains more)
 MIN_ROWS = 2
+LONG_SEQ = 8192
 
 
 def _class(row: dict[str, str]) -> str:
@@ -81,34 +84,58 @@ def _fit_tp_overlap(rows: list[dict[str, str]], base: calibration.Efficiencies) 
     return dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": best[1]})
 
 
+def _fit_key(
+    effs: calibration.Efficiencies, arch: str, key: str, members: list[dict[str, str]]
+) -> calibration.Efficiencies:
+    """Grid-search one parameter of one architecture on its member rows."""
+    if len(members) < MIN_ROWS:
+        print(f"  {arch:13s} {key:9s}   kept prior: only {len(members)} row(s)")
+        return effs
+    best = (math.inf, getattr(effs.archs[arch], key))
+    for value in GRID:
+        calibration.use_efficiencies(_with(effs, arch, key, value))
+        errs = _error(members)
+        if errs:
+            score = statistics.median(errs)
+            if score < best[0]:
+                best = (score, value)
+    calibration.use_efficiencies(None)
+    print(f"  {arch:13s} {key:9s} = {best[1]:.2f} on {len(members)} rows (median |log err| {best[0]:.3f})")
+    return _with(effs, arch, key, best[1])
+
+
 def fit(rows: list[dict[str, str]], base: calibration.Efficiencies) -> calibration.Efficiencies:
-    """Fitted parameters for the given rows, starting from ``base``."""
+    """Fitted parameters for the given rows, starting from ``base``.
+
+    GEMM efficiencies per (architecture, class) first; then each architecture's fused
+    attention efficiency on its rows at sequence length >= 8192 (where attention is a large
+    share of the step, so the rows carry information about it); then the GEMM efficiencies
+    once more, as the two interact.
+    """
     cat = load_catalog(use_user=False)
     base = _fit_tp_overlap(rows, base)
     groups: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
+    long_seq: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
     for row in rows:
         arch = cat.gpu(row["gpu"]).architecture
         if arch in base.archs:
             groups[(arch, _class(row))].append(row)
+            if _long_fused(row):
+                key = "attention_cudnn" if "attention: cudnn" in row["spec"] else "attention"
+                long_seq[(arch, key)].append(row)
     effs = base
     for (arch, key), members in sorted(groups.items()):
-        if len(members) < MIN_ROWS:
-            print(f"  {arch:13s} {key:9s}   kept prior: only {len(members)} row(s)")
-            continue
-        best = (math.inf, getattr(effs.archs[arch], key))
-        for value in GRID:
-            calibration.use_efficiencies(_with(effs, arch, key, value))
-            errs = _error(members)
-            if errs:
-                score = statistics.median(errs)
-                if score < best[0]:
-                    best = (score, value)
-        effs = _with(effs, arch, key, best[1])
-        print(
-            f"  {arch:13s} {key:9s} = {best[1]:.2f} on {len(members)} rows (median |log err| {best[0]:.3f})"
-        )
-    calibration.use_efficiencies(None)
+        effs = _fit_key(effs, arch, key, members)
+    for (arch, key), members in sorted(long_seq.items()):
+        effs = _fit_key(effs, arch, key, members)
+    for (arch, key), members in sorted(groups.items()):
+        effs = _fit_key(effs, arch, key, members)
     return effs
+
+
+def _long_fused(row: dict[str, str]) -> bool:
+    m = re.search(r"seq_len: (\d+)", row["spec"])
+    return bool(m) and int(m.group(1)) >= LONG_SEQ and "attention: eager" not in row["spec"]
 
 
 def _median_pct(rows: list[dict[str, str]], effs: calibration.Efficiencies) -> float:
@@ -138,7 +165,7 @@ def main() -> int:
                 continue
             old = block.group(1)
             new = old
-            for key in ("gemm", "gemm_fp8", "gemm_fp32"):
+            for key in ("gemm", "gemm_fp8", "gemm_fp32", "attention", "attention_cudnn"):
                 value = getattr(eff, key)
                 if re.search(rf"\n    {key}: ", new):
                     new = re.sub(rf"(\n    {key}: )[0-9.]+", rf"\g<1>{value:.2f}", new)

@@ -196,3 +196,36 @@ def test_gpu_plan_error_is_the_base(cat) -> None:  # type: ignore[no-untyped-def
     spec = parse_spec({"model": "llama-3-70b", "seq_len": 4096, "work": {"tokens": 10}})
     with pytest.raises(GpuPlanError):
         configure(spec, cat.gpu("T4"), 1)
+
+
+def _long_seq_spec(**kw: object):  # type: ignore[no-untyped-def]
+    base: dict[str, object] = {
+        "model": "llama-3-8b",
+        "seq_len": 32768,
+        "precision": "bf16-mixed",
+        "micro_batch_size": 1,
+        "activation_checkpointing": "full",
+        "parallelism": {"sharding": "fsdp"},
+        "work": {"steps": 10},
+    }
+    base.update(kw)
+    return parse_spec(base)
+
+
+def test_attention_stays_16_bit_under_fp8(cat) -> None:  # type: ignore[no-untyped-def]
+    """fp8 recipes convert linear layers only: attention time does not shrink with the fp8 peak."""
+    gpu = cat.gpu("H100-SXM")
+    topo = default_topology(gpu, 8)
+    bf16 = configure(_long_seq_spec(), gpu, 8, topo, require_fit=False).time
+    fp8 = configure(_long_seq_spec(precision="fp8-mixed"), gpu, 8, topo, require_fit=False).time
+    assert fp8.parts["attention"] == pytest.approx(bf16.parts["attention"], rel=1e-9)
+    assert fp8.parts["gemm"] < bf16.parts["gemm"]
+
+
+def test_cudnn_attention_is_faster_on_hopper(cat) -> None:  # type: ignore[no-untyped-def]
+    gpu = cat.gpu("H100-SXM")
+    topo = default_topology(gpu, 8)
+    flash = configure(_long_seq_spec(), gpu, 8, topo, require_fit=False)
+    cudnn = configure(_long_seq_spec(attention="cudnn"), gpu, 8, topo, require_fit=False)
+    assert cudnn.time.parts["attention"] < flash.time.parts["attention"]
+    assert cudnn.fit.memory.peak_allocated_bytes == flash.fit.memory.peak_allocated_bytes

@@ -11,6 +11,10 @@ import yaml
 
 from gpuplan.catalog.schema import GpuSpec
 
+ATTENTION_PRIOR = 0.75
+"""Fused attention relative to a large GEMM where no fit exists (FlashAttention-2 reaches
+50-73% of A100 peak vs about 70-80% for cuBLAS GEMMs; Dao, arXiv:2307.08691)."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ArchEfficiency:
@@ -23,6 +27,13 @@ class ArchEfficiency:
     """Large-GEMM efficiency against the fp8 dense peak (fp8 training also pays for casts and scales)."""
     gemm_fp32: float
     """Large-GEMM efficiency in plain fp32 (CUDA cores, no tensor cores)."""
+    attention: float
+    """Fused (flash) attention efficiency against the 16-bit dense peak, FLOPs counted with
+    causal blocks skipped; fp8 recipes keep attention in 16 bits. This is the FlashAttention-2
+    class (PyTorch SDPA, flash-attn 2), which on Hopper reaches about 35% of peak."""
+    attention_cudnn: float
+    """The same for cuDNN / FlashAttention-3-class kernels (Transformer Engine in NeMo and
+    Megatron): Hopper-native, 1.5-2x FlashAttention-2 on H100 (Shah et al., arXiv:2407.08608)."""
     hbm: float
     kernel_overhead_s: float
     gemm_half_size: float
@@ -73,6 +84,10 @@ def _load() -> Efficiencies:
             gemm=float(v["gemm"]),
             gemm_fp8=float(v.get("gemm_fp8", v["gemm"])),
             gemm_fp32=float(v.get("gemm_fp32", 0.9)),
+            attention=float(v.get("attention", ATTENTION_PRIOR * float(v["gemm"]))),
+            attention_cudnn=float(
+                v.get("attention_cudnn", v.get("attention", ATTENTION_PRIOR * float(v["gemm"])))
+            ),
             hbm=float(v["hbm"]),
             kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6,
             gemm_half_size=float(v["gemm_half_size"]),

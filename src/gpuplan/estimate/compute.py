@@ -18,15 +18,12 @@ import dataclasses
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate.activations import Item, Trainable
-from gpuplan.estimate.calibration import ArchEfficiency
+from gpuplan.estimate.calibration import ATTENTION_PRIOR, ArchEfficiency
 from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.strategy import Strategy
 
 FLASH_BWD_FACTOR = 2.5
 """FlashAttention backward FLOPs / forward FLOPs (Dao, "FlashAttention-2", 2023: 5 matmuls vs 2)."""
-ATTENTION_EFFICIENCY = 0.75
-"""Fused attention kernels reach this fraction of the GEMM efficiency (FlashAttention-2/3 papers
-report 50-75% of peak, below cuBLAS GEMMs)."""
 ELEMENTWISE_PASSES = 3.0
 """Saved activations are written and read in forward, read again in backward."""
 KERNELS_PER_LAYER = 40
@@ -72,6 +69,7 @@ def transformer_step(
     eff: ArchEfficiency,
     fused_attention: bool,
     trainable_params_per_gpu: float,
+    cudnn_attention: bool = False,
     optimizer_bytes_per_param: float,
 ) -> ComputeTime:
     """Compute time of the worst pipeline stage for one micro-batch, and of the optimizer step."""
@@ -115,8 +113,15 @@ def transformer_step(
         4 * st.micro_batch_size * seq * seq * width_q * (0.5 if shape.family == "decoder" else 1.0)
     )
     if fused_attention:
-        att_eff = dataclasses.replace(eff, gemm=eff.gemm * ATTENTION_EFFICIENCY)
-        t_attn = _gemm_time(attn_fwd * (1 + FLASH_BWD_FACTOR), 0.0, peak, bw, att_eff)
+        # flash attention runs in 16 bits even in fp8 recipes (Transformer Engine and torchao
+        # Float8 convert linear layers only); fp32 models keep the scaled GEMM efficiency
+        if dtype in ("fp32", "tf32"):
+            att_peak, att = peak, eff.gemm * ATTENTION_PRIOR
+        else:
+            att_peak = peak_flops(gpu, "bf16")
+            att = eff.attention_cudnn if cudnn_attention else eff.attention
+        att_eff = dataclasses.replace(eff, gemm=att)
+        t_attn = _gemm_time(attn_fwd * (1 + FLASH_BWD_FACTOR), 0.0, att_peak, bw, att_eff)
         attn_hw = attn_fwd * (1 + FLASH_BWD_FACTOR)
     else:
         sq_bytes = (

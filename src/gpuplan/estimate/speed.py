@@ -171,6 +171,7 @@ def estimate_time(
             items=items,
             eff=eff,
             fused_attention=job.fused_attention,
+            cudnn_attention=job.cudnn_attention,
             trainable_params_per_gpu=opt_params,
             optimizer_bytes_per_param=opt_bytes,
         )
