@@ -28,6 +28,22 @@ MaxMedianOpt = Annotated[
 ]
 
 
+MaxUnderOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-under",
+        min=0.0,
+        max=1.0,
+        help="Exit 1 if the share of rows predicted more than 10% below the measurement "
+        "exceeds this (e.g. 0.10; for memory these are false 'fits').",
+    ),
+]
+MaxOver50Opt = Annotated[
+    int | None,
+    typer.Option("--max-over-50", min=0, help="Exit 1 if more rows than this are off by >50%."),
+]
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
@@ -45,6 +61,8 @@ def _run(
     max_median: float | None,
     scale: float,
     unit: str,
+    max_under: float | None = None,
+    max_over_50: int | None = None,
 ) -> None:
     """Run one validation table, print it (or JSON), and gate on the median error."""
     from gpuplan.validation import default_table, format_rows, run_table
@@ -83,23 +101,50 @@ def _run(
             err=True,
         )
         raise typer.Exit(1)
+    rows = max(1, s["rows"])
+    if max_under is not None and s["under_predicted_over_10pct"] / rows > max_under:
+        typer.echo(
+            f"error: {s['under_predicted_over_10pct']} of {s['rows']} rows predicted >10% below "
+            f"the measurement, more than --max-under {max_under:.0%}",
+            err=True,
+        )
+        raise typer.Exit(1)
+    if max_over_50 is not None and s["rows_over_50pct"] > max_over_50:
+        typer.echo(
+            f"error: {s['rows_over_50pct']} rows off by more than 50%, more than --max-over-50 "
+            f"{max_over_50}",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 @validate_app.command("memory")
 def memory(
-    table: TableOpt = None, json_out: JsonOpt = False, max_median: MaxMedianOpt = None
+    table: TableOpt = None,
+    json_out: JsonOpt = False,
+    max_median: MaxMedianOpt = None,
+    max_under: MaxUnderOpt = None,
+    max_over_50: MaxOver50Opt = None,
 ) -> None:
     """Predicted vs measured per-GPU peak memory (GiB), with median and worst error."""
     from gpuplan.validation import predict_memory
 
-    _run("memory", predict_memory, table, json_out, max_median, 2**30, " GiB")
+    _run(
+        "memory", predict_memory, table, json_out, max_median, 2**30, " GiB", max_under, max_over_50
+    )
 
 
 @validate_app.command("training")
 def training(
-    table: TableOpt = None, json_out: JsonOpt = False, max_median: MaxMedianOpt = None
+    table: TableOpt = None,
+    json_out: JsonOpt = False,
+    max_median: MaxMedianOpt = None,
+    max_under: MaxUnderOpt = None,
+    max_over_50: MaxOver50Opt = None,
 ) -> None:
     """Predicted vs measured throughput / time-to-train, with median and worst error."""
     from gpuplan.validation import predict_training
 
-    _run("training", predict_training, table, json_out, max_median, 1.0, "")
+    _run(
+        "training", predict_training, table, json_out, max_median, 1.0, "", max_under, max_over_50
+    )

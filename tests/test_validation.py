@@ -1,0 +1,72 @@
+"""``gpuplan validate``: the error summary and the CI gates on it."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuplan.validation import predict_memory
+
+REPO = Path(__file__).resolve().parents[1]
+FIELDS = "id,status,spec,gpu,count,metric,measured,unit,cuda_context_mib,source,what_was_measured,notes"
+SPEC = "{model: gpt2, method: full, precision: bf16-mixed, micro_batch_size: 2, seq_len: 512}"
+
+
+def _row(rid: str, measured_bytes: float) -> dict[str, str]:
+    return {
+        "id": rid,
+        "status": "ok",
+        "spec": SPEC,
+        "gpu": "A100-80GB",
+        "count": "1",
+        "metric": "allocated",
+        "measured": f"{measured_bytes:.0f}",
+        "unit": "B",
+        "cuda_context_mib": "",
+        "source": "synthetic test row",
+        "what_was_measured": "test",
+        "notes": "",
+    }
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    """Two rows: one measured exactly as predicted, one measured 2.5x the prediction."""
+    predicted, _ = predict_memory(_row("probe", 1.0), REPO)
+    path = tmp_path / "memory.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS.split(","))
+        w.writeheader()
+        w.writerow(_row("exact", predicted))
+        w.writerow(_row("low", predicted * 2.5))
+    return path
+
+
+def test_summary_counts_under_predictions(cli, table: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("validate", "memory", "--table", str(table), "--json")
+    assert r.exit_code == 0
+    s = json.loads(r.output)["summary"]
+    assert s["rows"] == 2
+    assert s["under_predicted_over_10pct"] == 1
+    assert s["rows_over_50pct"] == 1
+    assert s["worst_id"] == "low"
+    assert s["worst_abs_error"] == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (("--max-under", "0.6"), 0, ""),
+        (("--max-under", "0.4"), 1, "1 of 2 rows predicted >10% below"),
+        (("--max-over-50", "1"), 0, ""),
+        (("--max-over-50", "0"), 1, "1 rows off by more than 50%"),
+        (("--max-median", "0.2"), 1, "exceeds --max-median"),
+    ],
+)
+def test_gates_exit_1(cli, table: Path, args: tuple[str, ...], code: int, needle: str) -> None:  # type: ignore[no-untyped-def]
+    r = cli("validate", "memory", "--table", str(table), *args)
+    assert r.exit_code == code
+    assert needle in (r.stderr if code else r.output) or not needle
