@@ -207,3 +207,21 @@ def test_loss_chunks_override_the_framework(cat) -> None:  # type: ignore[no-unt
     assert whole.peak_allocated_bytes > chunked.peak_allocated_bytes
     with pytest.raises(GpuPlanError, match="loss_chunks"):
         spec(loss_chunks=0)
+
+
+def test_op_selective_checkpointing_sits_between_selective_and_full(cat) -> None:  # type: ignore[no-untyped-def]
+    """torchtitan's op policy keeps the layer input, the attention output and logsumexp, and
+    the outputs of every other matmul (q, v, gate, down in Llama's forward order)."""
+    gpu = cat.gpu("H100-SXM")
+    kw = {"model": "llama-3.1-8b", "seq_len": 4096, "micro_batch_size": 1, "precision": "bf16-mixed"}
+    saved = {
+        mode: fit(spec(**kw, activation_checkpointing=mode), gpu).memory.details[
+            "activations: saved for backward"
+        ]
+        for mode in ("full", "selective-op", "selective")
+    }
+    assert saved["full"] < saved["selective-op"] < saved["selective"]
+    h, kv, f, heads = 4096, 1024, 14336, 32
+    per_token_layer = 2 * h + 2 * h + 4 * heads + 2 * (h + kv + f + h)
+    extra = saved["selective-op"] - saved["full"]
+    assert extra == pytest.approx(32 * 4096 * (per_token_layer - 2 * h), rel=1e-6)

@@ -229,3 +229,15 @@ def test_cudnn_attention_is_faster_on_hopper(cat) -> None:  # type: ignore[no-un
     cudnn = configure(_long_seq_spec(attention="cudnn"), gpu, 8, topo, require_fit=False)
     assert cudnn.time.parts["attention"] < flash.time.parts["attention"]
     assert cudnn.fit.memory.peak_allocated_bytes == flash.fit.memory.peak_allocated_bytes
+
+
+def test_op_selective_recompute_costs_less_than_full(cat) -> None:  # type: ignore[no-untyped-def]
+    gpu = cat.gpu("H100-SXM")
+    topo = default_topology(gpu, 8)
+    step = {
+        mode: configure(
+            _long_seq_spec(seq_len=4096, activation_checkpointing=mode), gpu, 8, topo, require_fit=False
+        ).time.compute_s
+        for mode in ("none", "selective-op", "full")
+    }
+    assert step["none"] < step["selective-op"] < step["full"]

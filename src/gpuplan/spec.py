@@ -34,7 +34,7 @@ Precision = Literal[
     "fp32", "tf32", "fp16-mixed", "bf16-mixed", "fp16-true", "bf16-true", "fp8-mixed"
 ]
 Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
-Checkpointing = Literal["none", "selective", "full"]
+Checkpointing = Literal["none", "selective", "selective-op", "full"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
 
@@ -194,7 +194,10 @@ class JobSpec(_Spec):
         default=None, ge=8, le=8192, description="Image side in pixels (vision)."
     )
     activation_checkpointing: Checkpointing = Field(
-        default="none", description="Recompute in backward."
+        default="none",
+        description="Recompute in backward: selective (Megatron: the attention core), "
+        "selective-op (torchtitan's per-op policy: keeps attention outputs and every other "
+        "matmul output; fp8 matmuls are recomputed) or full (whole layers).",
     )
     offload: Offload = Field(default="none", description="CPU offload of optimizer state / params.")
     framework: Literal["hf", "torchtune", "litgpt"] = Field(

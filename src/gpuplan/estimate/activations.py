@@ -265,6 +265,34 @@ def layer_items(
     return _attention(shape, num, tr, seq, fused_attention) + _mlp(shape, num, tr)
 
 
+def op_sac_items(shape: Shape, num: Numerics) -> list[Item]:
+    """What torchtitan's per-op selective checkpointing keeps per layer (bytes per token).
+
+    Its policy saves the outputs of aten.mm (except every second one in forward order),
+    of the SDPA kernels and of amax reductions, and recomputes everything else. torchao's
+    Float8 linears call ``torch.mm`` on fp8 tensor subclasses; the checkpointing mode sees
+    that ``aten.mm`` before the subclass turns it into ``_scaled_mm`` (dispatch modes run
+    before subclasses), so fp8 runs keep the same (16-bit) outputs.
+    """
+    a = num.act_bytes
+    width_q = shape.heads * shape.head_dim
+    items = boundary_items(shape, num) + [
+        Item(name="attention output (op SAC)", bytes_per_token=a * width_q),
+        Item(name="attention logsumexp (op SAC)", bytes_per_token=FP32 * shape.heads),
+    ]
+    k = shape.experts_per_token if shape.num_experts > 1 else 1
+    mms = [lin for lin in shape.linears if lin.role != "router"]
+    for lin in mms[0::2]:
+        copies = k if lin.count > 1 else 1
+        items.append(
+            Item(
+                name=f"{lin.role} matmul output (op SAC)",
+                bytes_per_token=a * lin.out_features * copies,
+            )
+        )
+    return items
+
+
 def boundary_items(shape: Shape, num: Numerics) -> list[Item]:
     """What full checkpointing keeps per layer: the layer's input hidden state."""
     return [Item(name="checkpointed layer input", bytes_per_token=num.act_bytes * shape.hidden)]

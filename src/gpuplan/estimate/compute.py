@@ -83,6 +83,9 @@ def transformer_step(
     gemm_fwd = gemm_bwd = 0.0
     t_gemm = 0.0
     cast_bytes = 0.0
+    t_gemm_kept = 0.0  # forward GEMM time whose output per-op checkpointing keeps
+    mms = [lin for lin in shape.linears if lin.role != "router"]
+    kept_linears = {id(lin) for lin in mms[0::2]}
     for lin in shape.linears:
         per_token: float
         if lin.role == "router":
@@ -106,7 +109,10 @@ def transformer_step(
             )
         gemm_fwd += flops
         gemm_bwd += flops * bwd_mult
-        t_gemm += _gemm_time(flops, nbytes, peak, bw, eff) * (1 + bwd_mult)
+        t_lin = _gemm_time(flops, nbytes, peak, bw, eff)
+        t_gemm += t_lin * (1 + bwd_mult)
+        if id(lin) in kept_linears:
+            t_gemm_kept += t_lin
     # attention core (per layer, causal halves the work with flash)
     width_q = shape.heads * shape.head_dim / tp
     attn_fwd = (
@@ -138,6 +144,9 @@ def transformer_step(
         per_layer += layer_fwd_share
     elif st.activation_checkpointing == "selective":
         per_layer += t_attn / (1 + FLASH_BWD_FACTOR)
+    elif st.activation_checkpointing == "selective-op":
+        # the forward again, less the attention and the matmuls whose outputs were kept
+        per_layer += t_gemm / (1 + (2.0 if tr.full else 1.0)) - t_gemm_kept + t_elem / 3
     layer_s = layers * per_layer
     # LM head + loss on the last stage (vocab-parallel under TP)
     head_s = 0.0

@@ -84,8 +84,8 @@ def _candidates(spec: JobSpec, count: int, gpus_per_node: int) -> list[Strategy]
         if spec.activation_checkpointing == "none"
         else [spec.activation_checkpointing]
     )
-    if spec.activation_checkpointing == "selective":
-        ckpts = ["selective", "full"]
+    if spec.activation_checkpointing in ("selective", "selective-op"):
+        ckpts = [spec.activation_checkpointing, "full"]
     out: list[Strategy] = []
     layouts = {(s.sharding, s.tp, s.pp, s.dp) for s in base}
     for sharding, tp, pp, dp in sorted(layouts):

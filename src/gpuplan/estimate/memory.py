@@ -37,6 +37,7 @@ from gpuplan.estimate.activations import (
     boundary_items,
     head_items_cached,
     layer_items_cached,
+    op_sac_items,
 )
 from gpuplan.estimate.frameworks import FRAMEWORKS
 from gpuplan.estimate.lora import adapter_params_per_layer
@@ -130,6 +131,9 @@ def _activations(
     per_layer = sum(i.bytes_per_token for i in items) / st.tp
     if st.activation_checkpointing == "full":
         kept = sum(i.bytes_per_token for i in boundary_items(shape, num)) / st.tp
+        act_tok = layers * kept + per_layer  # one layer recomputed at a time in backward
+    elif st.activation_checkpointing == "selective-op":
+        kept = sum(i.bytes_per_token for i in op_sac_items(shape, num)) / st.tp
         act_tok = layers * kept + per_layer  # one layer recomputed at a time in backward
     elif st.activation_checkpointing == "selective":
         core = (

@@ -81,16 +81,23 @@ def launch_plan(option: Option, spec: JobSpec) -> LaunchPlan:
             )
         if st.sharding == "fsdp" and st.pp > 1:
             notes.append("Megatron's --use-torch-fsdp2 does not support pipeline parallelism yet")
+        if st.activation_checkpointing == "selective-op":
+            notes.append(
+                "the estimate assumes torchtitan's per-op selective checkpointing "
+                "(--activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option "
+                "op); Megatron has no equivalent, so the command recomputes full layers (less "
+                "memory, more time than estimated)"
+            )
     else:
         ds = "ds_config.json" if st.sharding.startswith("zero") else None
         fsdp = None
         if st.sharding == "fsdp":
             fsdp = "full_shard auto_wrap" + (" offload" if st.offload != "none" else "")
         args = _hf_args(st, prec, deepspeed=ds, fsdp=fsdp)
-        if st.activation_checkpointing == "selective":
+        if st.activation_checkpointing in ("selective", "selective-op"):
             notes.append(
-                "the estimate assumes selective activation checkpointing; the transformers "
-                "Trainer only offers full (--gradient_checkpointing)"
+                f"the estimate assumes {st.activation_checkpointing} activation checkpointing; "
+                "the transformers Trainer only offers full (--gradient_checkpointing)"
             )
     if topo.compute_fraction < 1:
         notes.append(
@@ -180,7 +187,7 @@ def _megatron_args(st: Strategy, prec: str) -> tuple[str, ...]:
     ]
     if prec != "no":
         args.append(f"--{prec}")
-    if st.activation_checkpointing == "full":
+    if st.activation_checkpointing in ("full", "selective-op"):
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform"]
         args += ["--recompute-num-layers", "1"]
     elif st.activation_checkpointing == "selective":

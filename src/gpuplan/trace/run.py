@@ -390,6 +390,11 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
         + (", extrapolated per layer" if traced.extrapolated else "")
         + f" in {traced.wall_s:.1f}s"
     )
+    if spec.activation_checkpointing in ("selective", "selective-op"):
+        note += (
+            f"; {spec.activation_checkpointing} checkpointing traced as full (Hugging Face models "
+            "only checkpoint whole layers), so the traced peak is a lower bound"
+        )
     details = {f"traced: {k}": v for k, v in cats.items() if v}
     details["traced: activations after forward"] = traced.activations_after_forward
     details["analytic peak allocated (cross-check)"] = m.peak_allocated_bytes
