@@ -130,9 +130,14 @@ def estimate_time(
         )
     opt_params = trainable_stage / (st.dp if st.sharding != "none" and st.dp > 1 else 1)
     opt_bytes = _optimizer_bytes_per_param(job.optimizer, job.precision, full)
+    attn = ""
+    if shape.family != "cnn" and job.fused_attention:
+        kind = "cuDNN class" if job.cudnn_attention else "FlashAttention-2 class"
+        value = eff.attention_cudnn if job.cudnn_attention else eff.attention
+        attn = f", fused attention ({kind}) {value:.2f} of the 16-bit peak"
     assumptions = [
-        f"efficiency ({eff.architecture}): GEMM {eff.gemm:.2f} of dense peak, HBM {eff.hbm:.2f}; "
-        f"{eff.basis}"
+        f"efficiency ({eff.architecture}): GEMM {eff.gemm:.2f} of dense peak{attn}, "
+        f"HBM {eff.hbm:.2f}; {eff.basis}"
     ]
     seq = shape.fixed_tokens or job.seq_len
     if shape.family == "cnn":
