@@ -241,3 +241,23 @@ def test_op_selective_recompute_costs_less_than_full(cat) -> None:  # type: igno
         for mode in ("none", "selective-op", "full")
     }
     assert step["none"] < step["selective-op"] < step["full"]
+
+
+def test_step_parts_add_up_to_the_step_with_tensor_parallel(cat) -> None:  # type: ignore[no-untyped-def]
+    """The breakdown shows exposed TP time only, so its parts sum to the step time."""
+    spec = parse_spec(
+        {
+            "model": "llama-2-70b",
+            "seq_len": 4096,
+            "precision": "bf16-mixed",
+            "global_batch_size": 64,
+            "activation_checkpointing": "full",
+            "parallelism": {"sharding": "zero1", "tp": 8, "pp": 4},
+            "work": {"steps": 10},
+        }
+    )
+    gpu = cat.gpu("H100-SXM")
+    topo = default_topology(gpu, 64, inter_node_gbps=3200, fabric="infiniband")
+    t = configure(spec, gpu, 64, topo, require_fit=False).time
+    assert t.parts["tp comm exposed"] > 0
+    assert sum(t.parts.values()) == pytest.approx(t.step_time_s, rel=1e-9)

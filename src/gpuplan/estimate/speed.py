@@ -265,13 +265,14 @@ def estimate_time(
         "optimizer step": optimizer_s,
         "pipeline bubble": bubble,
         "dp comm exposed": dp_exposed,
-        "tp comm": tp_total,
+        "tp comm exposed": tp_total * (1 - ov["tensor_parallel"]),
         "pp p2p exposed": pp_total,
         "overhead (unmodelled)": step - step / (1 + eff.step_overhead),
     }
     assumptions += [
         f"intra-node link {intra.name}: {intra.bandwidth / 1e9:.0f} GB/s per GPU per direction achieved",
-        f"overlap: data-parallel {ov['data_parallel']:.0%} of backward, FSDP prefetch {ov['fsdp']:.0%}",
+        f"overlap: data-parallel {ov['data_parallel']:.0%} of backward, FSDP prefetch {ov['fsdp']:.0%}"
+        + (f", tensor-parallel {ov['tensor_parallel']:.0%} (fitted)" if st.tp > 1 else ""),
         f"step overhead {eff.step_overhead:.0%} for data loading, Python and synchronisation",
     ]
     if inter is not None:
