@@ -21,7 +21,10 @@ FSDP and LoRA: litgpt wraps whole transformer Blocks, so frozen weights and LoRA
 adapters share FSDP units; PyTorch's FSDP then allocates gradients as if nothing
 were frozen (PyTorch FSDP docs on ``use_orig_params``; litgpt#1417, #1538). litgpt
 also accumulates gradients under ``no_backward_sync``, which keeps FSDP gradients
-unsharded until the last micro-batch.
+unsharded until the last micro-batch. Its QLoRA (Fabric's ``BitsandbytesPrecision``,
+2023) swaps every ``nn.Linear`` built under ``init_module`` for the 4-bit class, the LM
+head included (Fabric later added ``ignore_modules`` to keep it, for example ``{"lm_head"}``);
+transformers and torchtune keep the head in 16 bits.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class Framework:
     """Gradient accumulation under no_sync keeps FSDP gradients unsharded."""
     upcast_unchunked_logits: bool = False
     """Without loss chunks the model returns fp32 logits (the 16-bit ones are freed)."""
+    qlora_quantizes_head: bool = False
+    """QLoRA quantizes the LM head too (its dequantized copy is then the largest transient)."""
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -56,6 +61,7 @@ FRAMEWORKS: dict[str, Framework] = {
         default_optimizer_impl="foreach",
         fsdp_mixed_units=True,
         fsdp_unsharded_accumulation=True,
+        qlora_quantizes_head=True,
     ),
     "torchtune": Framework(
         name="torchtune",

@@ -226,11 +226,23 @@ def estimate_memory(
         if job.method == "qlora":
             nf4 = NF4_BYTES_DQ if job.double_quant else NF4_BYTES
             linear_p = shape.params_linear_per_layer * layers / st.tp
-            d["weights: NF4 base linears"] = linear_p * nf4 / shard_p
-            d["weights: 16-bit embeddings, norms, head"] = (stage_p - linear_p) * 2 / shard_p
-            d["weights: dequantized layer (transient)"] = (
-                2 * max(lin.params for lin in shape.linears) / st.tp
+            largest = max(lin.params for lin in shape.linears)
+            head_q = (
+                FRAMEWORKS[job.framework].qlora_quantizes_head
+                and shape.family == "decoder"
+                and not shape.tied_embeddings
+                and st.pp == 1
             )
+            if head_q:
+                linear_p += shape.params_head / st.tp
+                largest = max(largest, shape.params_head)
+            d["weights: NF4 base linears" + (" and LM head" if head_q else "")] = (
+                linear_p * nf4 / shard_p
+            )
+            d["weights: 16-bit embeddings, norms" + ("" if head_q else ", head")] = (
+                (stage_p - linear_p) * 2 / shard_p
+            )
+            d["weights: dequantized layer (transient)"] = 2 * largest / st.tp
             assumptions.append(
                 f"QLoRA NF4 base weights, {'double' if job.double_quant else 'single'} "
                 "quantization of absmax (QLoRA paper)"
