@@ -225,7 +225,7 @@ def test_attention_stays_16_bit_under_fp8(cat) -> None:  # type: ignore[no-untyp
 def test_cudnn_attention_is_faster_on_hopper(cat) -> None:  # type: ignore[no-untyped-def]
     gpu = cat.gpu("H100-SXM")
     topo = default_topology(gpu, 8)
-    flash = configure(_long_seq_spec(), gpu, 8, topo, require_fit=False)
+    flash = configure(_long_seq_spec(attention="fused"), gpu, 8, topo, require_fit=False)
     cudnn = configure(_long_seq_spec(attention="cudnn"), gpu, 8, topo, require_fit=False)
     assert cudnn.time.parts["attention"] < flash.time.parts["attention"]
     assert cudnn.fit.memory.peak_allocated_bytes == flash.fit.memory.peak_allocated_bytes
@@ -236,7 +236,11 @@ def test_op_selective_recompute_costs_less_than_full(cat) -> None:  # type: igno
     topo = default_topology(gpu, 8)
     step = {
         mode: configure(
-            _long_seq_spec(seq_len=4096, activation_checkpointing=mode), gpu, 8, topo, require_fit=False
+            _long_seq_spec(seq_len=4096, activation_checkpointing=mode),
+            gpu,
+            8,
+            topo,
+            require_fit=False,
         ).time.compute_s
         for mode in ("none", "selective-op", "full")
     }
@@ -261,3 +265,17 @@ def test_step_parts_add_up_to_the_step_with_tensor_parallel(cat) -> None:  # typ
     t = configure(spec, gpu, 64, topo, require_fit=False).time
     assert t.parts["tp comm exposed"] > 0
     assert sum(t.parts.values()) == pytest.approx(t.step_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("gpu_id", "cudnn"), [("H100-SXM", True), ("B200", True), ("A100-80GB", False), ("L40S", False)]
+)
+def test_auto_attention_follows_pytorch_sdpa(cat, gpu_id: str, cudnn: bool) -> None:  # type: ignore[no-untyped-def]
+    """auto is what current SDPA picks: cuDNN on sm90/sm100, FlashAttention-2 class elsewhere."""
+    gpu = cat.gpu(gpu_id)
+    topo = default_topology(gpu, 8)
+    auto = configure(_long_seq_spec(precision="bf16-mixed"), gpu, 8, topo, require_fit=False)
+    kind = "cudnn" if cudnn else "fused"
+    pinned = configure(_long_seq_spec(attention=kind), gpu, 8, topo, require_fit=False)
+    assert auto.time.parts["attention"] == pytest.approx(pinned.time.parts["attention"], rel=1e-9)
+    assert ("cuDNN class" in " ".join(auto.time.assumptions)) is cudnn

@@ -228,10 +228,11 @@ class JobSpec(_Spec):
     )
     attention: Literal["auto", "fused", "cudnn", "eager"] = Field(
         default="auto",
-        description="Attention kernel: fused (flash/memory-efficient SDPA, the default of current "
-        "PyTorch and transformers; FlashAttention-2 class), cudnn (cuDNN / FlashAttention-3 class, "
-        "as Transformer Engine in NeMo and Megatron: faster on Hopper and later) or eager "
-        "(materialised s x s scores).",
+        description="Attention kernel: fused (flash / memory-efficient SDPA: FlashAttention-2 "
+        "class), cudnn (cuDNN / FlashAttention-3 class, as Transformer Engine in NeMo and "
+        "Megatron: faster on Hopper and later) or eager (materialised s x s scores). auto: what "
+        "current PyTorch SDPA picks, cudnn on sm90/sm100 datacenter GPUs (PyTorch >= 2.9 with "
+        "cuDNN >= 9.15) and fused elsewhere.",
     )
     parallelism: Literal["auto"] | ParallelismSpec = Field(
         default="auto", description="'auto' or {sharding, tp, pp}."

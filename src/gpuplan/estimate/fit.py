@@ -99,6 +99,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         double_quant=double_quant,
         fused_attention=spec.attention != "eager",
         cudnn_attention=spec.attention == "cudnn",
+        attention_auto=spec.attention == "auto",
         framework=spec.framework,
         compiled=spec.compile,
         optimizer_impl=_optimizer_impl(spec),

@@ -68,6 +68,7 @@ class MemoryJob:
     double_quant: bool = True
     fused_attention: bool = True
     cudnn_attention: bool = False
+    attention_auto: bool = False
     framework: str = "hf"
     compiled: bool = False
     optimizer_impl: str = "foreach"

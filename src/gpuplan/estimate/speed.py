@@ -71,6 +71,19 @@ class TimeEstimate:
         }
 
 
+CUDNN_SDPA_DEFAULT_CC = frozenset({"9.0", "10.0", "10.3"})
+"""Compute capabilities on which PyTorch's SDPA prefers the cuDNN kernel (sm90, sm100, sm103:
+pytorch/pytorch#162073 and #170800, with a bundled cuDNN >= 9.15), so ``attention: auto``
+means cuDNN-class attention there."""
+
+
+def cudnn_attention(job: MemoryJob, gpu: GpuSpec) -> bool:
+    """Whether the job's fused attention runs cuDNN-class kernels on ``gpu``."""
+    if job.cudnn_attention:
+        return True
+    return job.attention_auto and (gpu.compute_capability or "") in CUDNN_SDPA_DEFAULT_CC
+
+
 def _optimizer_bytes_per_param(optimizer: str, precision: str, full: bool) -> float:
     pb = PRECISIONS[precision]
     p, g, s = (pb.param, pb.grad, pb.state) if full else (4, 4, 4)
@@ -132,8 +145,9 @@ def estimate_time(
     opt_bytes = _optimizer_bytes_per_param(job.optimizer, job.precision, full)
     attn = ""
     if shape.family != "cnn" and job.fused_attention:
-        kind = "cuDNN class" if job.cudnn_attention else "FlashAttention-2 class"
-        value = eff.attention_cudnn if job.cudnn_attention else eff.attention
+        cudnn = cudnn_attention(job, gpu)
+        kind = "cuDNN class" if cudnn else "FlashAttention-2 class"
+        value = eff.attention_cudnn if cudnn else eff.attention
         attn = f", fused attention ({kind}) {value:.2f} of the 16-bit peak"
     assumptions = [
         f"efficiency ({eff.architecture}): GEMM {eff.gemm:.2f} of dense peak{attn}, "
@@ -176,7 +190,7 @@ def estimate_time(
             items=items,
             eff=eff,
             fused_attention=job.fused_attention,
-            cudnn_attention=job.cudnn_attention,
+            cudnn_attention=cudnn_attention(job, gpu),
             trainable_params_per_gpu=opt_params,
             optimizer_bytes_per_param=opt_bytes,
         )
