@@ -331,8 +331,9 @@ def run_train_one(torch: Any, device: Any, work: common.Workload, *, size: str) 
     return result
 
 
-def train_spec(work: common.Workload) -> dict[str, Any]:
-    """The job spec of a timed workload (bf16-mixed, foreach AdamW, one GPU, no sharding)."""
+def train_spec(work: common.Workload, attention: str = "fused") -> dict[str, Any]:
+    """The job spec of a timed workload (bf16-mixed, foreach AdamW, one GPU, no sharding);
+    ``attention`` is the kernel class SDPA was seen to run (``fused`` or ``cudnn``)."""
     text = work.family != "cnn"
     spec: dict[str, Any] = {
         "model": work.model,
@@ -345,7 +346,7 @@ def train_spec(work: common.Workload) -> dict[str, Any]:
     spec |= {"seq_len": work.seq_len} if text else {"image_size": work.image_size}
     spec["activation_checkpointing"] = "none"
     if text:
-        spec["attention"] = "fused"
+        spec["attention"] = attention
     spec["parallelism"] = {"sharding": "none"}
     return spec
 
@@ -377,7 +378,7 @@ def train_row(
     n_steps: int,
 ) -> dict[str, Any]:
     """The training.csv row of one measured workload."""
-    spec = train_spec(work)
+    spec = train_spec(work, env.get("sdpa_attention", "fused"))
     text = work.family != "cnn"
     mfu = (
         f"; approx model {res['approx_model_tflops']:.1f} TFLOP/s"
@@ -391,7 +392,8 @@ def train_row(
     )
     built = (
         f"{res['model_class']} from src/gpuplan/models/data/{work.model}.json, transformers "
-        f"{env.get('transformers')}, attn_implementation=sdpa, use_cache=False"
+        f"{env.get('transformers')}, attn_implementation=sdpa ({env.get('sdpa_attention_basis')}), "
+        "use_cache=False"
         if text
         else f"{res['model_class']}, channels_last, cross-entropy over 1000 classes"
     )
@@ -497,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     env["fp16_reduced_precision_reduction"] = (
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
     )
+    env["sdpa_attention"], env["sdpa_attention_basis"] = common.sdpa_attention(torch, device)
     gpu, entry = common.gpu_label(env)
     peaks = {k: float(v) for k, v in (entry or {}).get("peak_tflops_dense", {}).items()}
     hbm_peak = float(entry["memory_bandwidth_gb_per_s"]) if entry else None

@@ -687,6 +687,49 @@ def environment(torch: Any, device: Any, *, script: str) -> dict[str, Any]:
     return env
 
 
+def attention_class(kernel_names: Iterable[str]) -> str | None:
+    """The spec's ``attention`` value for the kernels one SDPA call ran, or None if unknown.
+
+    cuDNN's fused attention kernels carry "cudnn" in their names; FlashAttention and the
+    memory-efficient kernels carry "flash", "fmha" or "efficient" (FlashAttention-2 class).
+    """
+    names = [n.lower() for n in kernel_names]
+    if any("cudnn" in n for n in names):
+        return "cudnn"
+    if any(k in n for n in names for k in ("flash", "fmha", "efficient")):
+        return "fused"
+    return None
+
+
+def sdpa_attention(torch: Any, device: Any) -> tuple[str, str]:
+    """Which kernel class PyTorch's SDPA runs here, found by profiling one forward and backward
+    at a training shape (bf16, causal, head dim 128); ("fused", why) where it cannot tell.
+
+    The rows the checks write name it, because the speed model keeps one efficiency per
+    class and SDPA's choice depends on the PyTorch and cuDNN versions.
+    """
+    if device.type != "cuda":
+        return "fused", "not profiled on CPU"
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        q, k, v = (
+            torch.randn(2, 16, 2048, 128, device=device, dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(3)
+        )
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out.sum().backward()
+            torch.cuda.synchronize(device)
+        names = [e.key for e in prof.key_averages()]
+    except Exception as exc:  # noqa: BLE001 - the label falls back, the run goes on
+        return "fused", f"profiling SDPA failed ({type(exc).__name__}: {exc})"
+    found = attention_class(names)
+    if found is None:
+        return "fused", "no fused-attention kernel recognised: " + ", ".join(names[:8])
+    return found, "SDPA kernels: " + ", ".join(n for n in names if attention_class([n]))[:300]
+
+
 def gpu_label(env: Mapping[str, Any]) -> tuple[str, dict[str, Any] | None]:
     """(catalog id or device name, catalog entry or None) for the measured device."""
     name = str(env.get("gpu_name", "cpu"))

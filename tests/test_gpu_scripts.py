@@ -223,3 +223,26 @@ def test_inline_resnet50_has_torchvision_parameter_count() -> None:
     with torch.device("meta"):
         model = common.inline_resnet50()
     assert sum(p.numel() for p in model.parameters()) == 25_557_032  # torchvision resnet50
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (["cudnn_generated_fort_native_sdpa_sm90_flash_fprop", "elementwise_kernel"], "cudnn"),
+        (["void pytorch_flash::flash_fwd_kernel<...>", "flash_bwd_dq_dk_dv_loop"], "fused"),
+        (["fmha_cutlassF_bf16_aligned_64x128_rf_sm80", "fmha_cutlassB"], "fused"),
+        (["ampere_bf16_s16816gemm", "softmax_warp_forward"], None),
+    ],
+)
+def test_sdpa_kernel_names_map_to_the_spec_attention(
+    names: list[str], expected: str | None
+) -> None:
+    """The speed check labels its rows with the attention class SDPA was profiled to run."""
+    assert common.attention_class(names) == expected
+
+
+def test_speed_rows_name_the_profiled_attention_class() -> None:
+    speed = _load_script("gpu-speed-check.py")
+    work = speed.workloads("smoke")[0]
+    assert speed.train_spec(work, "cudnn")["attention"] == "cudnn"
+    assert speed.train_spec(work)["attention"] == "fused"
