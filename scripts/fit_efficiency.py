@@ -3,7 +3,8 @@
 Parameters: one per (architecture, compute class), ``gemm`` for 16-bit/tf32 tensor
 cores, ``gemm_fp8`` for fp8, ``gemm_fp32`` for plain fp32; per architecture ``attention``
 and ``attention_cudnn``, the fused-attention efficiencies (FlashAttention-2 class and
-cuDNN/FlashAttention-3 class), on its rows at sequence length >= 8192; and one global
+cuDNN/FlashAttention-3 class), on its rows at sequence length >= 8192 (on Hopper,
+``attention_cudnn`` is the measured cuDNN/FA2 ratio times ``attention``); and one global
 tensor-parallel overlap fraction, on the rows with tp > 1. Each is chosen on a grid to
 minimise the median |log(predicted / measured)| over its rows, never per row; groups with
 fewer than 2 rows keep their prior. GEMM, attention and overlap interact, so they are
@@ -123,6 +124,12 @@ START = {
 script on the same table writes the same values."""
 START_TP_OVERLAP = 0.85
 MAX_ROUNDS = 4
+CUDNN_OVER_FLASH2 = {"Hopper": 2.0}
+"""cuDNN-class over FlashAttention-2-class attention throughput, measured: on H100 631 vs 329
+TFLOP/s (pytorch/pytorch#141133) and 75% vs 35% of peak (FlashAttention-3 paper,
+arXiv:2407.08608). Where an architecture has a ratio here, ``attention_cudnn`` follows its
+fitted ``attention`` instead of being fitted on the few cuDNN rows, which cannot separate it
+from the GEMM efficiencies."""
 
 
 def _fitted(effs: calibration.Efficiencies) -> tuple[float, ...]:
@@ -151,6 +158,8 @@ def fit(rows: list[dict[str, str]], base: calibration.Efficiencies) -> calibrati
                 key = "attention_cudnn" if "attention: cudnn" in row["spec"] else "attention"
                 groups[(arch, key)].append(row)
     effs = dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": START_TP_OVERLAP})
+    for arch in CUDNN_OVER_FLASH2:
+        groups.pop((arch, "attention_cudnn"), None)
     for (arch, key), members in groups.items():
         if len(members) >= MIN_ROWS:
             effs = _with(effs, arch, key, START[key])
@@ -160,6 +169,9 @@ def fit(rows: list[dict[str, str]], base: calibration.Efficiencies) -> calibrati
         print(f" round {n}")
         for (arch, key), members in order:
             effs = _fit_key(effs, arch, key, members)
+            if key == "attention" and arch in CUDNN_OVER_FLASH2:
+                cudnn = round(CUDNN_OVER_FLASH2[arch] * effs.archs[arch].attention, 2)
+                effs = _with(effs, arch, "attention_cudnn", cudnn)
         effs = _fit_tp_overlap(rows, effs)
         if _fitted(effs) == before:
             break

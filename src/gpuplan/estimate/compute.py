@@ -42,10 +42,18 @@ class ComputeTime:
     parts: dict[str, float]
 
 
-def _gemm_time(flops: float, nbytes: float, peak: float, bw: float, eff: ArchEfficiency) -> float:
+def _gemm_time(
+    flops: float,
+    nbytes: float,
+    peak: float,
+    bw: float,
+    eff: ArchEfficiency,
+    half_size: float | None = None,
+) -> float:
     if flops <= 0:
         return 0.0
-    e = eff.gemm * flops / (flops + eff.gemm_half_size)
+    half = eff.gemm_half_size if half_size is None else half_size
+    e = eff.gemm * flops / (flops + half)
     return max(flops / (peak * e), nbytes / (bw * eff.hbm))
 
 
@@ -70,10 +78,18 @@ def transformer_step(
     fused_attention: bool,
     trainable_params_per_gpu: float,
     cudnn_attention: bool = False,
+    eff16: ArchEfficiency | None = None,
     optimizer_bytes_per_param: float,
 ) -> ComputeTime:
-    """Compute time of the worst pipeline stage for one micro-batch, and of the optimizer step."""
+    """Compute time of the worst pipeline stage for one micro-batch, and of the optimizer step.
+
+    ``eff16`` is the 16-bit efficiency, for what fp8 recipes keep in 16 bits (the LM head).
+    """
     peak = peak_flops(gpu, dtype)
+    peak16 = peak_flops(gpu, "bf16")
+    # a GEMM's fixed cost (launch, tail, wave quantisation) is a time: in FLOPs it grows
+    # with the peak, so fp8's half-efficiency size is the 16-bit one scaled by the peak ratio
+    half = eff.gemm_half_size * (peak / peak16 if dtype == "fp8" else 1.0)
     bw = gpu.memory_bandwidth_gb_per_s * 1e9
     a = act_bytes
     tokens = st.micro_batch_size * seq
@@ -109,7 +125,7 @@ def transformer_step(
             )
         gemm_fwd += flops
         gemm_bwd += flops * bwd_mult
-        t_lin = _gemm_time(flops, nbytes, peak, bw, eff)
+        t_lin = _gemm_time(flops, nbytes, peak, bw, eff, half)
         t_gemm += t_lin * (1 + bwd_mult)
         if id(lin) in kept_linears:
             t_gemm_kept += t_lin
@@ -157,7 +173,13 @@ def transformer_step(
         head_bytes = (
             tokens * (shape.hidden + shape.vocab / tp) + shape.hidden * shape.vocab / tp
         ) * a
-        head_s = _gemm_time(head_flops, head_bytes, peak, bw, eff) * (1 + head_bwd)
+        # fp8 recipes keep the output layer in 16 bits (Transformer Engine converts the
+        # transformer layers; torchtitan's Float8 skips "output"; llm-foundry's head is tied)
+        if dtype == "fp8":
+            head_s = _gemm_time(head_flops, head_bytes, peak16, bw, eff16 or eff)
+        else:
+            head_s = _gemm_time(head_flops, head_bytes, peak, bw, eff)
+        head_s *= 1 + head_bwd
         head_s += 3 * tokens * shape.vocab / tp * 4 / (bw * eff.hbm)  # fp32 loss passes
         head_flops *= 1 + head_bwd
     opt_s = trainable_params_per_gpu * optimizer_bytes_per_param / (bw * eff.hbm)

@@ -191,6 +191,7 @@ def estimate_time(
             eff=eff,
             fused_attention=job.fused_attention,
             cudnn_attention=cudnn_attention(job, gpu),
+            eff16=eff_all.arch(gpu),
             trainable_params_per_gpu=opt_params,
             optimizer_bytes_per_param=opt_bytes,
         )
