@@ -100,6 +100,32 @@ class Report:
         errs = [r.abs_error for r in self.rows if r.abs_error is not None and r.multi_node == multi]
         return statistics.median(errs) if errs else None
 
+    def gate_failures(
+        self,
+        *,
+        max_median: float | None = None,
+        max_under: float | None = None,
+        max_over_50: int | None = None,
+    ) -> list[str]:
+        """Why this report fails the CI gates (empty when it passes or no gate is set)."""
+        s = self.summary()
+        out = []
+        if max_median is not None and not self.median_abs_error <= max_median:
+            out.append(
+                f"median |error| {self.median_abs_error:.1%} exceeds --max-median {max_median:.1%}"
+            )
+        if max_under is not None and self.under_predicted / max(1, s["rows"]) > max_under:
+            out.append(
+                f"{self.under_predicted} of {s['rows']} rows predicted >10% below the "
+                f"measurement, more than --max-under {max_under:.0%}"
+            )
+        if max_over_50 is not None and s["rows_over_50pct"] > max_over_50:
+            out.append(
+                f"{s['rows_over_50pct']} rows off by more than 50%, more than --max-over-50 "
+                f"{max_over_50}"
+            )
+        return out
+
     def summary(self) -> dict[str, Any]:
         """Plain summary for JSON output."""
         worst = self.worst

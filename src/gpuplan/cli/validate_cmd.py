@@ -64,7 +64,7 @@ def _run(
     max_under: float | None = None,
     max_over_50: int | None = None,
 ) -> None:
-    """Run one validation table, print it (or JSON), and gate on the median error."""
+    """Run one validation table, print it (or JSON), and apply the CI gates."""
     from gpuplan.validation import default_table, format_rows, run_table
 
     report = run_table(table or default_table(name), predict)
@@ -95,26 +95,11 @@ def _run(
             f"({s['worst_id']}); predicted >10% below measured: {s['under_predicted_over_10pct']}; "
             f"off by more than 50%: {s['rows_over_50pct']}"
         )
-    if max_median is not None and not report.median_abs_error <= max_median:
-        typer.echo(
-            f"error: median |error| {report.median_abs_error:.1%} exceeds --max-median {max_median:.1%}",
-            err=True,
-        )
-        raise typer.Exit(1)
-    rows = max(1, s["rows"])
-    if max_under is not None and s["under_predicted_over_10pct"] / rows > max_under:
-        typer.echo(
-            f"error: {s['under_predicted_over_10pct']} of {s['rows']} rows predicted >10% below "
-            f"the measurement, more than --max-under {max_under:.0%}",
-            err=True,
-        )
-        raise typer.Exit(1)
-    if max_over_50 is not None and s["rows_over_50pct"] > max_over_50:
-        typer.echo(
-            f"error: {s['rows_over_50pct']} rows off by more than 50%, more than --max-over-50 "
-            f"{max_over_50}",
-            err=True,
-        )
+    failures = report.gate_failures(
+        max_median=max_median, max_under=max_under, max_over_50=max_over_50
+    )
+    if failures:
+        typer.echo(f"error: {failures[0]}", err=True)
         raise typer.Exit(1)
 
 

@@ -144,8 +144,8 @@ def estimate_time(
     opt_params = trainable_stage / (st.dp if st.sharding != "none" and st.dp > 1 else 1)
     opt_bytes = _optimizer_bytes_per_param(job.optimizer, job.precision, full)
     attn = ""
+    cudnn = cudnn_attention(job, gpu)
     if shape.family != "cnn" and job.fused_attention:
-        cudnn = cudnn_attention(job, gpu)
         kind = "cuDNN class" if cudnn else "FlashAttention-2 class"
         value = eff.attention_cudnn if cudnn else eff.attention
         attn = f", fused attention ({kind}) {value:.2f} of the 16-bit peak"
@@ -190,7 +190,7 @@ def estimate_time(
             items=items,
             eff=eff,
             fused_attention=job.fused_attention,
-            cudnn_attention=cudnn_attention(job, gpu),
+            cudnn_attention=cudnn,
             eff16=eff_all.arch(gpu),
             trainable_params_per_gpu=opt_params,
             optimizer_bytes_per_param=opt_bytes,
