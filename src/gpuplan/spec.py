@@ -336,25 +336,41 @@ def parse_spec(data: Any, *, origin: str = "spec", base_dir: Path | None = None)
         raise SpecError(f"{origin}: {_describe(exc)}", hint="see `gpuplan spec schema`") from exc
 
 
-def load_spec(path: Path, overrides: list[str] | None = None) -> JobSpec:
-    """Read a job spec file (YAML or JSON) and apply ``--set`` overrides."""
+def spec_from_text(
+    text: str,
+    overrides: list[str] | None = None,
+    *,
+    origin: str = "spec",
+    base_dir: Path | None = None,
+) -> JobSpec:
+    """Parse job-spec text (YAML or JSON) and apply ``--set`` overrides.
+
+    The one parser behind ``load_spec`` (files) and the web API (request bodies).
+    """
     import yaml
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"spec: cannot read {path}: {exc.strerror}") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise SpecError(f"{path}:{where}: malformed YAML: {getattr(exc, 'problem', exc)}") from exc
+        raise SpecError(
+            f"{origin}:{where}: malformed YAML: {getattr(exc, 'problem', exc)}"
+        ) from exc
     if data is None:
         data = {}
     if isinstance(data, dict) and overrides:
         data = apply_overrides(data, overrides)
-    return parse_spec(data, origin=str(path), base_dir=path.parent)
+    return parse_spec(data, origin=origin, base_dir=base_dir)
+
+
+def load_spec(path: Path, overrides: list[str] | None = None) -> JobSpec:
+    """Read a job spec file (YAML or JSON) and apply ``--set`` overrides."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"spec: cannot read {path}: {exc.strerror}") from exc
+    return spec_from_text(text, overrides, origin=str(path), base_dir=path.parent)
 
 
 def spec_json_schema() -> dict[str, Any]:

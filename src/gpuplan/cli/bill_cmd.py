@@ -76,45 +76,23 @@ def _load_usage(
     autostop_after: str | None,
     busy_threshold: float,
 ) -> Any:
-    import dataclasses
-
-    from gpuplan.cost.usage import DEFAULT_AUTOSTOP_S, Usage, parse_trace_csv, parse_usage_yaml
+    from gpuplan.cost.usage import usage_from_text
     from gpuplan.errors import SpecError
-    from gpuplan.units import parse_duration_s
 
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"usage: cannot read {path}: {exc.strerror}") from exc
-    if path.suffix.lower() == ".csv":
-        if gpu is None:
-            raise SpecError(
-                f"--gpu: required with a CSV trace ({path})", hint=f"gpuplan bill {path} --gpu A100"
-            )
-        usage = Usage(
-            gpu=gpu,
-            providers=(),
-            regions=(),
-            autostop_after_s=DEFAULT_AUTOSTOP_S,
-            autostop_source="default: the 10-minute idle window of `gpuplan watch`",
-            timeline=parse_trace_csv(text, origin=str(path), busy_threshold_pct=busy_threshold),
-        )
-    else:
-        usage = parse_usage_yaml(text, origin=str(path))
-    changes: dict[str, Any] = {}
-    if gpu is not None:
-        changes["gpu"] = gpu
-    if providers:
-        changes["providers"] = tuple(p.lower() for p in providers)
-    if regions:
-        changes["regions"] = tuple(regions)
-    if autostop_after is not None:
-        try:
-            changes["autostop_after_s"] = parse_duration_s(autostop_after, field="--autostop-after")
-        except ValueError as exc:
-            raise SpecError(str(exc)) from None
-        changes["autostop_source"] = "--autostop-after"
-    return dataclasses.replace(usage, **changes)
+    return usage_from_text(
+        text,
+        origin=str(path),
+        is_csv=path.suffix.lower() == ".csv",
+        gpu=gpu,
+        providers=providers,
+        regions=regions,
+        autostop_after=autostop_after,
+        busy_threshold=busy_threshold,
+    )
 
 
 def _money(amount: float) -> str:

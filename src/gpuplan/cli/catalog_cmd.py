@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -81,13 +81,6 @@ def gpus(
     console().print(table)
 
 
-def _offering_row(off: Any, cat: Any, currency: str) -> dict[str, Any]:
-    prices = {}
-    for p in off.prices:
-        prices[p.mode] = round(cat.convert(p.hourly_equivalent, p.currency, currency), 4)
-    return {**off.model_dump(mode="json"), "hourly": prices, "hourly_currency": currency}
-
-
 @catalog_app.command("offerings")
 def offerings(
     json_out: JsonOpt = False,
@@ -114,19 +107,19 @@ def offerings(
 ) -> None:
     """List cloud GPU offerings with prices per billing mode, interconnect and source."""
     from gpuplan.catalog.loader import load_catalog
+    from gpuplan.report.payloads import offering_row, offerings_payload, select_offerings
 
     cat = load_catalog(catalog)
-    cat.convert(1.0, "USD", currency)  # validates the currency early
-    rows = cat.filter_offerings(
+    rows = select_offerings(
+        cat,
         gpu=gpu,
         providers=provider or (),
         region=region,
-        max_price_per_hour=max_price,
+        max_price=max_price,
         currency=currency,
     )
-    rows = tuple(sorted(rows, key=lambda o: (o.provider, o.gpu, o.gpu_count, o.instance_type)))
     if json_out:
-        print_json([_offering_row(o, cat, currency) for o in rows])
+        print_json(offerings_payload(cat, rows, currency))
         return
     from rich.table import Table
 
@@ -149,7 +142,7 @@ def offerings(
     ):
         table.add_column(col)
     for o in rows:
-        row = _offering_row(o, cat, currency)["hourly"]
+        row = offering_row(o, cat, currency)["hourly"]
         regions = ", ".join(o.regions[:2]) + (
             f" +{len(o.regions) - 2}" if len(o.regions) > 2 else ""
         )

@@ -52,6 +52,7 @@ def fit_command(
     """Per-GPU peak memory of a training step: does it fit, with what headroom and micro-batch."""
     from gpuplan.catalog.loader import load_catalog
     from gpuplan.estimate.fit import fit
+    from gpuplan.report.payloads import fit_payload, fit_rows
     from gpuplan.spec import load_spec
 
     spec = load_spec(spec_path, overrides or [])
@@ -60,37 +61,13 @@ def fit_command(
         result = fit(spec, cat.gpu(gpu), gpus, margin=margin)
         if trace:
             result = _with_trace(spec, result)
-        payload = {
-            "gpu": result.gpu.id,
-            "count": gpus,
-            "strategy": result.strategy.as_contract(),
-            "memory": result.as_contract(),
-        }
+        payload = fit_payload(result, gpus)
         if json_out:
             print_json(payload)
         else:
             _print_breakdown(result)
         return
-    rows: list[dict[str, Any]] = []
-    from gpuplan.errors import SpecError
-
-    for g in sorted(cat.gpus, key=lambda g: (g.memory_bytes, g.id)):
-        try:
-            r = fit(spec, g, gpus, margin=margin)
-        except SpecError as exc:
-            rows.append({"gpu": g.id, "fits": False, "reason": exc.one_line()})
-            continue
-        rows.append(
-            {
-                "gpu": g.id,
-                "fits": r.memory.fits,
-                "device_used_bytes": round(r.memory.device_used_bytes),
-                "capacity_bytes": round(r.memory.capacity_bytes),
-                "headroom_bytes": round(r.memory.headroom_bytes),
-                "max_micro_batch": r.max_micro_batch,
-                "strategy": r.strategy.as_contract(),
-            }
-        )
+    rows = fit_rows(spec, cat, gpus, margin=margin)
     if json_out:
         print_json(rows)
         return
@@ -190,72 +167,6 @@ NodesOpt = Annotated[
     int | None, typer.Option("--nodes", min=1, help="Nodes of --offering (default 1).")
 ]
 
-_FABRICS = {
-    "ib": "infiniband",
-    "infiniband": "infiniband",
-    "roce": "roce",
-    "efa": "efa",
-    "ethernet": "ethernet",
-}
-_INTRA = ("nvswitch", "nvlink", "pcie", "infinity-fabric", "none")
-
-
-def resolve_hardware(
-    cat: Any,
-    gpu: str | None,
-    count: int | None,
-    gpus_per_node: int | None,
-    intra_node: str | None,
-    inter_node_gbps: float | None,
-    fabric: str | None,
-    offering: str | None,
-    nodes: int | None,
-) -> tuple[Any, int, Any]:
-    """(GpuSpec, GPU count, Topology) from either --gpu/--count or --offering/--nodes."""
-    from gpuplan.errors import SpecError
-    from gpuplan.estimate.configure import default_topology
-
-    if fabric is not None and fabric.lower() not in _FABRICS:
-        raise SpecError(f"--fabric: unknown {fabric!r}; allowed: ib, roce, efa, ethernet")
-    fab = _FABRICS[fabric.lower()] if fabric else None
-    if intra_node is not None and intra_node not in _INTRA:
-        raise SpecError(f"--intra-node: unknown {intra_node!r}; allowed: {', '.join(_INTRA)}")
-    if offering is not None:
-        provider, sep, instance = offering.partition(":")
-        if not sep:
-            raise SpecError(
-                f"--offering: expected PROVIDER:INSTANCE, got {offering!r}",
-                hint="see `gpuplan catalog offerings`",
-            )
-        off = cat.offering(provider, instance)
-        per_node = int(off.gpu_count) if off.gpu_count >= 1 else 1
-        k = nodes or 1
-        topo = default_topology(
-            cat.gpu(off.gpu),
-            per_node * k,
-            gpus_per_node=per_node,
-            intra_node=off.intra_node,
-            inter_node_gbps=off.inter_node_gbps,
-            fabric=off.fabric,
-            hosting=off.hosting,
-        )
-        return cat.gpu(off.gpu), per_node * k, topo
-    if gpu is None:
-        raise SpecError(
-            "--gpu: required (or --offering PROVIDER:INSTANCE)", hint="gpuplan catalog gpus"
-        )
-    spec_gpu = cat.gpu(gpu)
-    n = count or 1
-    topo = default_topology(
-        spec_gpu,
-        n,
-        gpus_per_node=gpus_per_node,
-        intra_node=intra_node,
-        inter_node_gbps=inter_node_gbps,
-        fabric=fab,
-    )
-    return spec_gpu, n, topo
-
 
 def estimate_command(
     spec_path: SpecArg,
@@ -279,6 +190,8 @@ def estimate_command(
     """One configuration: per-GPU memory, step time, throughput, MFU, scaling and time-to-train."""
     from gpuplan.catalog.loader import load_catalog
     from gpuplan.estimate.configure import configure
+    from gpuplan.estimate.hardware import resolve_hardware
+    from gpuplan.report.payloads import estimate_payload
     from gpuplan.spec import load_spec
 
     spec = load_spec(spec_path, overrides or [])
@@ -287,20 +200,7 @@ def estimate_command(
         cat, gpu, count, gpus_per_node, intra_node, inter_node_gbps, fabric, offering, nodes
     )
     conf = configure(spec, gspec, n, topo, margin=margin)
-    payload = {
-        "gpu": gspec.id,
-        "count": n,
-        "strategy": conf.strategy.as_contract(),
-        "memory": conf.fit.as_contract(),
-        "time": conf.time.as_contract(),
-        "topology": {
-            "gpus_per_node": topo.gpus_per_node,
-            "intra_node": topo.intra_node,
-            "inter_node_gbps": topo.inter_node_gbps,
-            "fabric": topo.fabric,
-            "hosting": topo.hosting,
-        },
-    }
+    payload = estimate_payload(conf, gspec, n, topo)
     if json_out:
         print_json(payload)
         return

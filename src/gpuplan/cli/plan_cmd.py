@@ -10,7 +10,6 @@ import typer
 from gpuplan.cli.common import CatalogOpt, JsonOpt, console, print_json
 from gpuplan.cli.spec_cmd import SetOpt
 
-_OBJECTIVES = ("cost", "time", "pareto")
 _EXPORTS = ("skypilot", "torchrun")
 
 
@@ -62,30 +61,21 @@ def plan_command(
     """Rank every offering x node count x strategy x billing mode for a job spec, with reasons."""
     from gpuplan.catalog.loader import load_catalog
     from gpuplan.errors import SpecError
-    from gpuplan.planner import PlanSettings, plan
+    from gpuplan.planner import plan
+    from gpuplan.planner.flags import plan_settings, spec_overrides
     from gpuplan.spec import load_spec
-    from gpuplan.units import parse_duration_s
 
-    if objective not in _OBJECTIVES:
-        raise SpecError(f"--objective: unknown {objective!r}; allowed: {', '.join(_OBJECTIVES)}")
-    if export is not None and export not in _EXPORTS:
-        raise SpecError(f"--export: unknown {export!r}; allowed: {', '.join(_EXPORTS)}")
-    try:
-        interval = parse_duration_s(checkpoint_interval, field="--checkpoint-interval")
-    except ValueError as exc:
-        raise SpecError(str(exc)) from None
-    extra = list(overrides or [])
-    if currency is not None:
-        extra.append(f"constraints.currency={currency}")
-    spec = load_spec(spec_path, extra)
-    cat = load_catalog(catalog)
-    settings = PlanSettings(
+    settings = plan_settings(
         objective=objective,
         top=top,
         max_gpus=max_gpus,
-        spot_interruptions_per_hour=spot_rate,
-        checkpoint_interval_s=interval,
+        spot_rate=spot_rate,
+        checkpoint_interval=checkpoint_interval,
     )
+    if export is not None and export not in _EXPORTS:
+        raise SpecError(f"--export: unknown {export!r}; allowed: {', '.join(_EXPORTS)}")
+    spec = load_spec(spec_path, spec_overrides(overrides, currency))
+    cat = load_catalog(catalog)
     result = plan(spec, cat, settings)
     if html is not None:
         from gpuplan.report.html import render_html
@@ -97,7 +87,9 @@ def plan_command(
         typer.echo(do_export(result.options[0], spec, export))
         return
     if json_out:
-        print_json(plan_json(result))
+        from gpuplan.report.payloads import plan_payload
+
+        print_json(plan_payload(result))
         return
     _print_plan(result, spec, html)
 
@@ -106,31 +98,6 @@ def _write(path: Path, text: str) -> None:
     from gpuplan.catalog.skypilot import write_atomically
 
     write_atomically(path, text)
-
-
-def plan_json(result: Any) -> dict[str, Any]:
-    """The machine-readable plan (contract: ``options`` best first, ``rejected``)."""
-    return {
-        "objective": result.objective,
-        "currency": result.currency,
-        "options": [o.as_dict() for o in result.options],
-        "pareto": [
-            {
-                "provider": o.provider,
-                "instance_type": o.instance_type,
-                "billing_mode": o.billing_mode,
-                "nodes": o.nodes,
-                "time_s": o.time_s,
-                "cost_total": round(o.cost_total, 4),
-            }
-            for o in result.pareto
-        ],
-        "rejected": [r.as_dict() for r in result.rejected],
-        "considered": result.considered,
-        "warnings": list(result.warnings),
-        "assumptions": list(result.assumptions),
-        "provenance": result.provenance,
-    }
 
 
 def _print_plan(result: Any, spec: Any, html: Path | None) -> None:

@@ -427,3 +427,51 @@ def parse_trace_csv(
         origin=f"{origin}: {len(times)} samples from {first} over {start / 3600:g} h",
         notes=tuple(notes),
     )
+
+
+def usage_from_text(
+    text: str,
+    *,
+    origin: str,
+    is_csv: bool,
+    gpu: str | None = None,
+    providers: Sequence[str] | None = None,
+    regions: Sequence[str] | None = None,
+    autostop_after: str | None = None,
+    busy_threshold: float = DEFAULT_BUSY_THRESHOLD_PCT,
+) -> Usage:
+    """A usage YAML or utilization CSV with ``bill``'s flag overrides applied.
+
+    The one reader behind ``gpuplan bill FILE`` and the web's ``POST /api/bill``;
+    ``is_csv`` selects the trace format (a CSV needs ``gpu``).
+    """
+    if is_csv:
+        if gpu is None:
+            raise SpecError(
+                f"--gpu: required with a CSV trace ({origin})",
+                hint=f"gpuplan bill {origin} --gpu A100",
+            )
+        usage = Usage(
+            gpu=gpu,
+            providers=(),
+            regions=(),
+            autostop_after_s=DEFAULT_AUTOSTOP_S,
+            autostop_source="default: the 10-minute idle window of `gpuplan watch`",
+            timeline=parse_trace_csv(text, origin=origin, busy_threshold_pct=busy_threshold),
+        )
+    else:
+        usage = parse_usage_yaml(text, origin=origin)
+    changes: dict[str, Any] = {}
+    if gpu is not None:
+        changes["gpu"] = gpu
+    if providers:
+        changes["providers"] = tuple(p.lower() for p in providers)
+    if regions:
+        changes["regions"] = tuple(regions)
+    if autostop_after is not None:
+        try:
+            changes["autostop_after_s"] = parse_duration_s(autostop_after, field="--autostop-after")
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        changes["autostop_source"] = "--autostop-after"
+    return dataclasses.replace(usage, **changes)

@@ -1,0 +1,41 @@
+"""Planner settings from the ``plan`` command's flags, validated once for the CLI and the web."""
+
+from __future__ import annotations
+
+from gpuplan.errors import SpecError
+from gpuplan.planner.model import PlanSettings
+from gpuplan.units import parse_duration_s
+
+OBJECTIVES = ("cost", "time", "pareto")
+
+
+def plan_settings(
+    *,
+    objective: str,
+    top: int,
+    max_gpus: int,
+    spot_rate: float,
+    checkpoint_interval: str,
+) -> PlanSettings:
+    """``PlanSettings`` from the flag values; a bad value is a ``SpecError`` naming the flag."""
+    if objective not in OBJECTIVES:
+        raise SpecError(f"--objective: unknown {objective!r}; allowed: {', '.join(OBJECTIVES)}")
+    try:
+        interval = parse_duration_s(checkpoint_interval, field="--checkpoint-interval")
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    return PlanSettings(
+        objective=objective,
+        top=top,
+        max_gpus=max_gpus,
+        spot_interruptions_per_hour=spot_rate,
+        checkpoint_interval_s=interval,
+    )
+
+
+def spec_overrides(overrides: list[str] | None, currency: str | None) -> list[str]:
+    """The ``--set`` overrides, plus ``--currency`` as ``constraints.currency``."""
+    extra = list(overrides or [])
+    if currency is not None:
+        extra.append(f"constraints.currency={currency}")
+    return extra
