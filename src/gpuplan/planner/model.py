@@ -88,6 +88,7 @@ class Option:
             "mfu": t.mfu,
             "headroom_bytes": round(conf.fit.memory.headroom_bytes),
             "device_used_bytes": round(conf.fit.memory.device_used_bytes),
+            "capacity_bytes": round(conf.fit.memory.capacity_bytes),
             "memory_breakdown": {k: round(v) for k, v in conf.fit.memory.breakdown.items()},
             "warnings": list(self.warnings),
             "price_as_of": self.price_as_of,

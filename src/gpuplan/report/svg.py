@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import html
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from gpuplan.planner.model import Option
 from gpuplan.units import format_duration
@@ -41,6 +42,106 @@ MEMORY_PARTS: tuple[tuple[str, str], ...] = (
 GIB = 2**30
 _WIDTH = 780
 
+#: Every text the charts draw, in English; pass ``text=`` to draw them in another language.
+TEXT: dict[str, str] = {
+    "scatter.aria": "Cost versus time of the ranked options",
+    "scatter.title": "Cost versus time; the line joins the Pareto front",
+    "scatter.x": "Wall-clock time incl. startup ({unit}, log scale)",
+    "scatter.y": "Total cost ({currency}, log scale)",
+    "scatter.deadline": "deadline",
+    "scatter.budget": "budget",
+    "scatter.front": "Pareto front",
+    "scatter.front_legend": "on the Pareto front (joined by the line)",
+    "scatter.tip": "time {time}, cost {cost} {currency}",
+    "scatter.tip_front": "on the Pareto front",
+    "unit.min": "min",
+    "unit.h": "h",
+    "unit.days": "days",
+    "memory.aria": "Per-GPU memory breakdown of the top options",
+    "memory.title": "Per-GPU memory breakdown (GiB) against GPU capacity",
+    "memory.axis": "Memory per GPU (GiB)",
+    "memory.capacity": "GPU capacity",
+    "memory.tip": "capacity {cap} GiB; used {used} GiB, headroom {headroom} GiB",
+    "part.weights": "weights",
+    "part.gradients": "gradients",
+    "part.optimizer": "optimizer",
+    "part.activations": "activations",
+    "part.overhead": "overhead",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ChartOption:
+    """What the charts draw of one option: from a planner :class:`Option` or its JSON."""
+
+    provider: str
+    instance_type: str
+    region: str
+    billing_mode: str
+    nodes: int
+    gpus: int
+    gpu: str
+    time_s: float
+    cost_total: float
+    label: str
+    strategy: str
+    capacity_bytes: float
+    device_used_bytes: float
+    headroom_bytes: float
+    breakdown: Mapping[str, float]
+
+    @classmethod
+    def of(cls, o: Option | ChartOption) -> ChartOption:
+        """The chart view of a planner option (a ChartOption is returned as is)."""
+        if isinstance(o, ChartOption):
+            return o
+        mem = o.configuration.fit.memory
+        return cls(
+            provider=o.provider,
+            instance_type=o.instance_type,
+            region=o.region,
+            billing_mode=o.billing_mode,
+            nodes=o.nodes,
+            gpus=o.gpus,
+            gpu=o.gpu,
+            time_s=o.time_s,
+            cost_total=o.cost_total,
+            label=o.label(),
+            strategy=o.configuration.strategy.label(),
+            capacity_bytes=mem.capacity_bytes,
+            device_used_bytes=mem.device_used_bytes,
+            headroom_bytes=mem.headroom_bytes,
+            breakdown=mem.breakdown,
+        )
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], strategy: str) -> ChartOption:
+        """The chart view of one option of ``plan --json`` (``strategy``: its label)."""
+        used = float(d.get("device_used_bytes", 0))
+        headroom = float(d.get("headroom_bytes", 0))
+        return cls(
+            provider=d["provider"],
+            instance_type=d["instance_type"],
+            region=d.get("region", ""),
+            billing_mode=d["billing_mode"],
+            nodes=int(d["nodes"]),
+            gpus=int(d.get("gpus", 0)),
+            gpu=d.get("gpu", ""),
+            time_s=float(d["time_s"]),
+            cost_total=float(d["cost_total"]),
+            label=f"{d['provider']} {d['instance_type']} x{d['nodes']} "
+            f"({d.get('gpus', '?')} {d.get('gpu', '?')}, {d['billing_mode']})",
+            strategy=strategy,
+            capacity_bytes=float(d.get("capacity_bytes", used + headroom)),
+            device_used_bytes=used,
+            headroom_bytes=headroom,
+            breakdown={k: float(v) for k, v in d.get("memory_breakdown", {}).items()},
+        )
+
+
+def _text(text: Mapping[str, str] | None) -> dict[str, str]:
+    return {**TEXT, **(text or {})}
+
 
 def esc(text: object) -> str:
     """Escape any value for HTML/SVG text or attribute content."""
@@ -52,7 +153,7 @@ def num(value: float) -> str:
     return f"{value:.1f}"
 
 
-def option_key(o: Option) -> tuple[str, str, str, str, int]:
+def option_key(o: Option | ChartOption) -> tuple[str, str, str, str, int]:
     """Identity of an option across ``plan.options`` and ``plan.pareto``."""
     return (o.provider, o.instance_type, o.region, o.billing_mode, o.nodes)
 
@@ -98,21 +199,22 @@ def tick_label(value: float) -> str:
     return f"{value:g}"
 
 
-def _time_unit(max_s: float) -> tuple[str, float]:
+def _time_unit(max_s: float, t: Mapping[str, str]) -> tuple[str, float]:
     if max_s < 2 * 3600:
-        return "min", 60.0
+        return t["unit.min"], 60.0
     if max_s < 4 * 86400:
-        return "h", 3600.0
-    return "days", 86400.0
+        return t["unit.h"], 3600.0
+    return t["unit.days"], 86400.0
 
 
 def scatter(
-    ranked: Sequence[Option],
-    pareto: Sequence[Option],
+    ranked: Sequence[Option | ChartOption],
+    pareto: Sequence[Option | ChartOption],
     *,
     currency: str,
     deadline_s: float | None = None,
     budget: float | None = None,
+    text: Mapping[str, str] | None = None,
 ) -> str:
     """Cost (log) versus wall-clock time (log) of every option, with the Pareto front.
 
@@ -120,53 +222,58 @@ def scatter(
     ring and are joined by a line in time order. Each point carries a
     ``<title>`` tooltip (provider, instance, time, cost, strategy). Dashed
     lines mark the deadline and the budget when the spec gives them.
+    ``text`` replaces any of :data:`TEXT` (labels in another language).
     """
+    t = _text(text)
     height, left, right, top, bottom = 460, 84, 24, 40, 60
-    rank = {option_key(o): i for i, o in enumerate(ranked, 1)}
-    front = {option_key(o) for o in pareto}
-    points: list[Option] = []
+    ranked_c = [ChartOption.of(o) for o in ranked]
+    pareto_c = [ChartOption.of(o) for o in pareto]
+    rank = {option_key(o): i for i, o in enumerate(ranked_c, 1)}
+    front = {option_key(o) for o in pareto_c}
+    points: list[ChartOption] = []
     seen: set[tuple[str, str, str, str, int]] = set()
-    for o in (*ranked, *pareto):
+    for o in (*ranked_c, *pareto_c):
         if option_key(o) not in seen:
             seen.add(option_key(o))
             points.append(o)
     times = [o.time_s for o in points] + ([deadline_s] if deadline_s else [])
-    unit, per = _time_unit(max(times, default=3600.0))
+    unit, per = _time_unit(max(times, default=3600.0), t)
     x = LogAxis.fit([t / per for t in times], left, _WIDTH - right)
     costs = [o.cost_total for o in points] + ([budget] if budget else [])
     y = LogAxis.fit(costs, height - bottom, top)
     out = [
         f'<svg class="chart" viewBox="0 0 {_WIDTH} {height}" width="{_WIDTH}" height="{height}" '
-        f'role="img" aria-label="Cost versus time of the ranked options">',
-        "<title>Cost versus time; the line joins the Pareto front</title>",
+        f'role="img" aria-label="{esc(t["scatter.aria"])}">',
+        f"<title>{esc(t['scatter.title'])}</title>",
     ]
     out += _grid(x, y, left, top, _WIDTH - right, height - bottom)
     out.append(
         f'<text class="axis" x="{num((left + _WIDTH - right) / 2)}" y="{height - 14}" '
-        f'text-anchor="middle">Wall-clock time incl. startup ({esc(unit)}, log scale)</text>'
+        f'text-anchor="middle">{esc(t["scatter.x"].format(unit=unit))}</text>'
     )
     out.append(
         f'<text class="axis" transform="translate(18 {num((top + height - bottom) / 2)}) rotate(-90)" '
-        f'text-anchor="middle">Total cost ({esc(currency)}, log scale)</text>'
+        f'text-anchor="middle">{esc(t["scatter.y"].format(currency=currency))}</text>'
     )
     if deadline_s:
         px = x(deadline_s / per)
         out.append(
             f'<line class="limit" x1="{num(px)}" y1="{top}" x2="{num(px)}" y2="{height - bottom}">'
-            f"<title>deadline {esc(format_duration(deadline_s))}</title></line>"
+            f"<title>{esc(t['scatter.deadline'])} {esc(format_duration(deadline_s))}</title></line>"
         )
         out.append(
-            f'<text class="limit-label" x="{num(px - 4)}" y="{top + 12}" text-anchor="end">deadline</text>'
+            f'<text class="limit-label" x="{num(px - 4)}" y="{top + 12}" text-anchor="end">'
+            f"{esc(t['scatter.deadline'])}</text>"
         )
     if budget:
         py = y(budget)
         out.append(
             f'<line class="limit" x1="{left}" y1="{num(py)}" x2="{_WIDTH - right}" y2="{num(py)}">'
-            f"<title>budget {budget:,.2f} {esc(currency)}</title></line>"
+            f"<title>{esc(t['scatter.budget'])} {budget:,.2f} {esc(currency)}</title></line>"
         )
         out.append(
             f'<text class="limit-label" x="{_WIDTH - right - 4}" y="{num(py - 4)}" '
-            'text-anchor="end">budget</text>'
+            f'text-anchor="end">{esc(t["scatter.budget"])}</text>'
         )
     front_pts = sorted(
         (o for o in points if option_key(o) in front), key=lambda o: (o.time_s, o.cost_total)
@@ -174,7 +281,7 @@ def scatter(
     if len(front_pts) > 1:
         path = " ".join(f"{num(x(o.time_s / per))},{num(y(o.cost_total))}" for o in front_pts)
         out.append(
-            f'<polyline class="front" points="{path}"><title>Pareto front</title></polyline>'
+            f'<polyline class="front" points="{path}"><title>{esc(t["scatter.front"])}</title></polyline>'
         )
     # draw unranked first so ranked points (and the best) end up on top
     for o in sorted(points, key=lambda o: -rank.get(option_key(o), 10**9)):
@@ -186,9 +293,10 @@ def scatter(
                 rank.get(option_key(o)),
                 option_key(o) in front,
                 currency,
+                t,
             )
         )
-    out += _scatter_legend(points, left, 16)
+    out += _scatter_legend(points, left, 16, t)
     out.append("</svg>")
     return "\n".join(out)
 
@@ -218,16 +326,27 @@ def _grid(x: LogAxis, y: LogAxis, x0: float, y0: float, x1: float, y1: float) ->
     return out
 
 
-def _point(o: Option, px: float, py: float, rank: int | None, on_front: bool, currency: str) -> str:
+def _point(
+    o: ChartOption,
+    px: float,
+    py: float,
+    rank: int | None,
+    on_front: bool,
+    currency: str,
+    t: Mapping[str, str],
+) -> str:
     color = MODE_COLORS.get(o.billing_mode, OTHER_COLOR)
     ring = ' stroke="#000" stroke-width="2"' if on_front else ' stroke="#fff" stroke-width="1"'
     radius = 7 if rank == 1 else 5
     tip = [
         f"#{rank} " if rank else "",
-        o.label(),
-        f"\ntime {format_duration(o.time_s)}, cost {o.cost_total:,.2f} {currency}",
-        f"\n{o.configuration.strategy.label()}",
-        "\non the Pareto front" if on_front else "",
+        o.label,
+        "\n"
+        + t["scatter.tip"].format(
+            time=format_duration(o.time_s), cost=f"{o.cost_total:,.2f}", currency=currency
+        ),
+        f"\n{o.strategy}",
+        "\n" + t["scatter.tip_front"] if on_front else "",
     ]
     text = f"<title>{esc(''.join(tip))}</title>"
     out = f'<circle cx="{num(px)}" cy="{num(py)}" r="{radius}" fill="{color}"{ring}>{text}</circle>'
@@ -237,11 +356,13 @@ def _point(o: Option, px: float, py: float, rank: int | None, on_front: bool, cu
 
 
 def _legend_width(label: str) -> float:
-    """Approximate width of a legend entry (marker + 11px text) in pixels."""
-    return 24 + 6.6 * len(label)
+    """Approximate width of a legend entry (marker + 11px text) in pixels (CJK: double)."""
+    return 24 + 6.6 * sum(2 if ord(c) > 0x2E80 else 1 for c in label)
 
 
-def _scatter_legend(points: Sequence[Option], x0: float, y0: float) -> list[str]:
+def _scatter_legend(
+    points: Sequence[ChartOption], x0: float, y0: float, t: Mapping[str, str]
+) -> list[str]:
     modes = [m for m in MODE_COLORS if any(o.billing_mode == m for o in points)]
     modes += sorted({o.billing_mode for o in points} - set(MODE_COLORS))
     out = []
@@ -255,8 +376,8 @@ def _scatter_legend(points: Sequence[Option], x0: float, y0: float) -> list[str]
         f'<circle cx="{num(lx + 6)}" cy="{num(y0)}" r="5" fill="#fff" stroke="#000" stroke-width="2"/>'
     )
     out.append(
-        f'<text class="legend" x="{num(lx + 16)}" y="{num(y0 + 4)}">on the Pareto front '
-        "(joined by the line)</text>"
+        f'<text class="legend" x="{num(lx + 16)}" y="{num(y0 + 4)}">'
+        f"{esc(t['scatter.front_legend'])}</text>"
     )
     return out
 
@@ -267,26 +388,23 @@ def _nice_step(span: float, target: int = 6) -> float:
     return next(m * mag for m in (1.0, 2.0, 2.5, 5.0, 10.0) if m * mag >= raw)
 
 
-def memory_bars(options: Sequence[Option]) -> str:
+def memory_bars(
+    options: Sequence[Option | ChartOption], *, text: Mapping[str, str] | None = None
+) -> str:
     """Stacked per-GPU memory of each option (GiB) with its GPU capacity marked.
 
     Parts are weights, gradients, optimizer, activations and overhead, as the
     memory estimator reports them (they sum to the device memory used). The
-    red tick on each row is that GPU's capacity.
+    red tick on each row is that GPU's capacity. ``text`` as for :func:`scatter`.
     """
+    t = _text(text)
     label_w, right, top, row_h, gap = 300, 24, 44, 22, 8
     x0, x1 = label_w, _WIDTH - right
-    rows = list(options)
+    rows = [ChartOption.of(o) for o in options]
     height = top + len(rows) * (row_h + gap) + 40
     peak = (
         max(
-            (
-                max(
-                    o.configuration.fit.memory.capacity_bytes,
-                    o.configuration.fit.memory.device_used_bytes,
-                )
-                for o in rows
-            ),
+            (max(o.capacity_bytes, o.device_used_bytes) for o in rows),
             default=GIB,
         )
         / GIB
@@ -299,20 +417,21 @@ def memory_bars(options: Sequence[Option]) -> str:
 
     out = [
         f'<svg class="chart" viewBox="0 0 {_WIDTH} {height}" width="{_WIDTH}" height="{height}" '
-        'role="img" aria-label="Per-GPU memory breakdown of the top options">',
-        "<title>Per-GPU memory breakdown (GiB) against GPU capacity</title>",
+        f'role="img" aria-label="{esc(t["memory.aria"])}">',
+        f"<title>{esc(t['memory.title'])}</title>",
     ]
     lx = 90.0
-    for part, color in (*MEMORY_PARTS, ("GPU capacity", "#C00000")):
-        if part == "GPU capacity":
+    for part, color in (*MEMORY_PARTS, ("", "#C00000")):
+        name = t.get(f"part.{part}", part) if part else t["memory.capacity"]
+        if not part:
             out.append(
                 f'<line x1="{num(lx + 6)}" y1="8" x2="{num(lx + 6)}" y2="22" stroke="{color}" '
                 'stroke-width="3"/>'
             )
         else:
             out.append(f'<rect x="{num(lx)}" y="9" width="12" height="12" fill="{color}"/>')
-        out.append(f'<text class="legend" x="{num(lx + 16)}" y="20">{esc(part)}</text>')
-        lx += _legend_width(part)
+        out.append(f'<text class="legend" x="{num(lx + 16)}" y="20">{esc(name)}</text>')
+        lx += _legend_width(name)
     bottom_y = top + len(rows) * (row_h + gap)
     tick = 0.0
     while tick <= scale_max + 1e-9:
@@ -327,18 +446,23 @@ def memory_bars(options: Sequence[Option]) -> str:
         tick += step
     out.append(
         f'<text class="axis" x="{num((x0 + x1) / 2)}" y="{num(bottom_y + 32)}" text-anchor="middle">'
-        "Memory per GPU (GiB)</text>"
+        f"{esc(t['memory.axis'])}</text>"
     )
     for i, o in enumerate(rows):
-        out += _memory_row(o, i + 1, top + i * (row_h + gap), row_h, px, label_w)
+        out += _memory_row(o, i + 1, top + i * (row_h + gap), row_h, px, label_w, t)
     out.append("</svg>")
     return "\n".join(out)
 
 
 def _memory_row(
-    o: Option, rank: int, y: float, h: float, px: Callable[[float], float], label_w: int
+    o: ChartOption,
+    rank: int,
+    y: float,
+    h: float,
+    px: Callable[[float], float],
+    label_w: int,
+    t: Mapping[str, str],
 ) -> list[str]:
-    mem = o.configuration.fit.memory
     label = f"#{rank} {o.gpu} x{o.gpus} ({o.provider} {o.instance_type})"
     short = label if len(label) <= 44 else label[:43] + "\u2026"
     out = [
@@ -346,22 +470,24 @@ def _memory_row(
         f"<title>{esc(label)}</title>{esc(short)}</text>"
     ]
     parts = list(MEMORY_PARTS)
-    parts += [(p, OTHER_COLOR) for p in sorted(mem.breakdown) if p not in dict(MEMORY_PARTS)]
+    parts += [(p, OTHER_COLOR) for p in sorted(o.breakdown) if p not in dict(MEMORY_PARTS)]
     cursor = 0.0
     for part, color in parts:
-        gib = max(mem.breakdown.get(part, 0.0), 0.0) / GIB
+        gib = max(o.breakdown.get(part, 0.0), 0.0) / GIB
         if gib <= 0:
             continue
         x_a, x_b = px(cursor), px(cursor + gib)
         out.append(
             f'<rect x="{num(x_a)}" y="{num(y)}" width="{num(max(x_b - x_a, 0.5))}" height="{num(h)}" '
-            f'fill="{color}"><title>{esc(part)}: {gib:.2f} GiB</title></rect>'
+            f'fill="{color}"><title>{esc(t.get(f"part.{part}", part))}: {gib:.2f} GiB</title></rect>'
         )
         cursor += gib
-    cap = mem.capacity_bytes / GIB
+    cap = o.capacity_bytes / GIB
+    tip = t["memory.tip"].format(
+        cap=f"{cap:.1f}", used=f"{cursor:.1f}", headroom=f"{o.headroom_bytes / GIB:.1f}"
+    )
     out.append(
         f'<line x1="{num(px(cap))}" y1="{num(y - 3)}" x2="{num(px(cap))}" y2="{num(y + h + 3)}" '
-        f'stroke="#C00000" stroke-width="3"><title>capacity {cap:.1f} GiB; used {cursor:.1f} GiB, '
-        f"headroom {mem.headroom_bytes / GIB:.1f} GiB</title></line>"
+        f'stroke="#C00000" stroke-width="3"><title>{esc(tip)}</title></line>'
     )
     return out
