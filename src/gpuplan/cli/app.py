@@ -22,6 +22,7 @@ from gpuplan.cli import (
     spec_cmd,
     validate_cmd,
     watch_cmd,
+    web_cmd,
 )
 from gpuplan.cli.common import EXIT_USER_ERROR, State
 from gpuplan.errors import GpuPlanError
@@ -83,6 +84,7 @@ for _module in (
     bill_cmd,
     validate_cmd,
     watch_cmd,
+    web_cmd,
 ):
     _module.register(app)
 
