@@ -40,6 +40,9 @@ from gpuplan.report.payloads import (
 from gpuplan.spec import JobSpec, spec_from_text
 
 ORIGIN = "spec"
+USAGE = "usage"
+USAGE_CSV = "usage.csv"
+"""How errors name a request body (the CLI names the file instead)."""
 
 
 def _default(fn: Callable[..., Any], name: str) -> Any:
@@ -135,7 +138,11 @@ def describe_options_error(exc: ValidationError) -> str:
 
 def error_field(message: str) -> str | None:
     """The spec field or option an error message names (``seq_len``, ``constraints.budget``)."""
-    text = message.removeprefix(f"{ORIGIN}: ").removeprefix(f"{ORIGIN}:")
+    text = message
+    for origin in (ORIGIN, USAGE_CSV, USAGE):
+        if text.startswith(f"{origin}:"):
+            text = text[len(origin) + 1 :]
+            break
     flag = re.match(r"--([a-z][a-z0-9-]*):", text)
     if flag:
         return flag.group(1).replace("-", "_")
@@ -244,7 +251,7 @@ def run_bill(text: str, opts: BillOptions, is_csv: bool, catalog_path: Path | No
     """``gpuplan bill USAGE --json`` (``is_csv``: a utilization trace)."""
     usage = usage_from_text(
         text,
-        origin="usage.csv" if is_csv else "usage",
+        origin=USAGE_CSV if is_csv else USAGE,
         is_csv=is_csv,
         gpu=opts.gpu,
         providers=opts.provider,
