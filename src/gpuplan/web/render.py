@@ -110,7 +110,13 @@ def plan_result(
         ]
         if has_verdict:
             row.append(_verdict(t, o.get("verdict")))
-        row.append(f'<span class="why">{esc(o["why"])}</span>')
+        why = str(o["why"])
+        head, _, rest = why.partition("; ")
+        row.append(
+            f'<details class="why"><summary>{esc(head)}</summary>{esc(rest)}</details>'
+            if rest
+            else f'<span class="why">{esc(why)}</span>'
+        )
         rows.append(row)
     out += [
         f"<h2>{esc(t('h.ranked'))}</h2>",
