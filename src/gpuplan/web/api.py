@@ -58,22 +58,17 @@ def _catalog(request: Request) -> Path | None:
     return path
 
 
-async def plan_and_store(
-    request: Request, text: str, opts: PlanOptions
-) -> tuple[dict[str, Any], str]:
-    """Run a plan off the event loop and store it; returns the payload and its share id."""
-    spec, payload, version = await run_in_threadpool(
-        service.run_plan, text, opts, _catalog(request)
-    )
-    del spec
+async def plan_and_store(request: Request, text: str, opts: PlanOptions) -> tuple[str, str]:
+    """Run a plan off the event loop and store it; returns the JSON text and its share id."""
+    answer, version = await run_in_threadpool(service.run_plan, text, opts, _catalog(request))
     store: PlanStore = request.app.state.store
     plan_id = store.save(
         spec_yaml=text,
         options=opts.model_dump(exclude_unset=True),
-        result=payload,
+        result_json=answer,
         catalog_version=version,
     )
-    return payload, plan_id
+    return answer, plan_id
 
 
 @router.post("/plan", openapi_extra=_body("A job spec", "spec"))
@@ -81,8 +76,9 @@ async def api_plan(request: Request, query: Annotated[PlanOptions, Query()]) -> 
     """``gpuplan plan SPEC --json``; the run is stored, its link in ``X-Plan-Url``."""
     text, body_opts = service.split_body(await request.body(), "spec")
     opts = service.merge_options(PlanOptions, query, body_opts)
-    payload, plan_id = await plan_and_store(request, text, opts)
-    return json_response(payload, {"X-Plan-Id": plan_id, "X-Plan-Url": f"/plans/{plan_id}"})
+    answer, plan_id = await plan_and_store(request, text, opts)
+    headers = {"X-Plan-Id": plan_id, "X-Plan-Url": f"/plans/{plan_id}"}
+    return Response(answer, media_type="application/json", headers=headers)
 
 
 @router.post("/fit", openapi_extra=_body("A job spec", "spec"))

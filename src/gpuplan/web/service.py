@@ -37,7 +37,7 @@ from gpuplan.report.payloads import (
     plan_payload,
     select_offerings,
 )
-from gpuplan.spec import JobSpec, spec_from_text
+from gpuplan.spec import spec_from_text
 
 ORIGIN = "spec"
 USAGE = "usage"
@@ -200,10 +200,8 @@ def catalog_version(cat: Catalog) -> str:
     return f"schema {SCHEMA_VERSION}; prices as of {newest}; {len(cat.offerings)} offerings"
 
 
-def run_plan(
-    text: str, opts: PlanOptions, catalog_path: Path | None
-) -> tuple[JobSpec, dict[str, Any], str]:
-    """``gpuplan plan SPEC --json``: the spec, the payload and the catalog version."""
+def run_plan(text: str, opts: PlanOptions, catalog_path: Path | None) -> tuple[str, str]:
+    """``gpuplan plan SPEC --json``: the printed JSON text and the catalog version."""
     settings = plan_settings(
         objective=opts.objective,
         top=opts.top,
@@ -213,8 +211,7 @@ def run_plan(
     )
     spec = spec_from_text(text, spec_overrides(opts.set, opts.currency), origin=ORIGIN)
     cat = load_catalog(catalog_path)
-    payload = plan_payload(plan(spec, cat, settings))
-    return spec, json.loads(dumps(payload)), catalog_version(cat)
+    return dumps(plan_payload(plan(spec, cat, settings))), catalog_version(cat)
 
 
 def run_fit(text: str, opts: FitOptions, catalog_path: Path | None) -> Any:

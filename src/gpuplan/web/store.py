@@ -47,11 +47,13 @@ class PlanStore:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._db() as db:
+            db.execute("PRAGMA journal_mode=WAL")
             db.execute(_SCHEMA)
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
         db = sqlite3.connect(self.path, timeout=10)
+        db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints, no fsync per run
         try:
             with db:
                 yield db
@@ -63,10 +65,10 @@ class PlanStore:
         *,
         spec_yaml: str,
         options: Mapping[str, Any],
-        result: Mapping[str, Any],
+        result_json: str,
         catalog_version: str,
     ) -> str:
-        """Store a run; return its new unguessable id."""
+        """Store a run (``result_json``: the API's answer text); return its new unguessable id."""
         plan_id = secrets.token_urlsafe(16)
         created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         with self._db() as db:
@@ -77,7 +79,7 @@ class PlanStore:
                     created,
                     spec_yaml,
                     json.dumps(dict(options)),
-                    json.dumps(dict(result), ensure_ascii=False),
+                    result_json,
                     catalog_version,
                 ),
             )
