@@ -212,3 +212,18 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
     for route in ("/api/plan", "/api/fit", "/api/estimate", "/api/bill", "/api/catalog/offerings"):
         assert route in paths
     assert "/static/swagger/swagger-ui-bundle.js" in client.get("/docs").text
+
+
+def test_web_command_help_and_missing_extra(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    result = cli("web", "--help")
+    assert result.exit_code == 0
+    for flag in ("--host", "--port", "--db"):
+        assert flag in result.output
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if the extra were not installed
+    result = cli("web")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: web: needs the web extra (uvicorn is not installed) (hint: pip install 'gpuplan[web]')"
+    ]

@@ -27,6 +27,7 @@ def page(t: Texts, title: str, body: str, *, path: str, query: str = "") -> str:
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{esc(title)} - gpuplan</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="/static/app.css">
 <script src="/static/app.js" defer></script>
 </head>
