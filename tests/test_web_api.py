@@ -227,3 +227,11 @@ def test_web_command_help_and_missing_extra(cli, monkeypatch: pytest.MonkeyPatch
     assert result.output.strip().splitlines() == [
         "error: web: needs the web extra (uvicorn is not installed) (hint: pip install 'gpuplan[web]')"
     ]
+
+
+def test_pages_show_bad_input_as_an_error_page(client: TestClient) -> None:
+    r = client.get("/catalog?currency=XYZ")
+    assert r.status_code == 422
+    assert 'id="error"' in r.text and "XYZ" in r.text
+    r = client.get("/catalog?gpu=H100-SXM&provider=aws&lang=zh")
+    assert r.status_code == 200 and 'id="offerings"' in r.text and "来源" in r.text

@@ -153,3 +153,18 @@ def test_fit_page_with_a_pasted_spec(page: Page, live_server: str) -> None:
     expect(page.locator("#fit tbody tr").first).to_be_visible(timeout=RUN_TIMEOUT_MS)
     assert "H100-SXM" in page.locator("#fit").inner_text()
     assert "放得下" in page.locator("#fit").inner_text()
+
+
+def test_bill_page_with_an_uploaded_utilization_csv(page: Page, live_server: str) -> None:
+    page.goto(f"{live_server}/bill?lang=en")
+    page.set_input_files("#spec-file", str(EX / "usage-trace.csv"))
+    expect(page.locator("#spec-yaml")).to_have_value(
+        (EX / "usage-trace.csv").read_text(encoding="utf-8")
+    )
+    page.click("#bill-form button[type=submit]")
+    err = page.locator('[data-field="gpu"] .err')
+    expect(err).to_contain_text("--gpu: required with a CSV trace")  # next to the GPU field
+    page.fill('[data-opt="gpu"]', "H100-SXM")
+    page.click("#bill-form button[type=submit]")
+    expect(page.locator("#bill tbody tr").first).to_be_visible(timeout=RUN_TIMEOUT_MS)
+    assert "H100-SXM" in page.locator("#result").inner_text()

@@ -42,7 +42,8 @@ MEMORY_PARTS: tuple[tuple[str, str], ...] = (
 GIB = 2**30
 _WIDTH = 780
 
-#: Every text the charts draw, in English; pass ``text=`` to draw them in another language.
+#: Every text the charts draw, in English; pass ``text=`` to draw them in another language
+#: (``billing.<mode>`` keys, when given, name the billing modes in the legend).
 TEXT: dict[str, str] = {
     "scatter.aria": "Cost versus time of the ranked options",
     "scatter.title": "Cost versus time; the line joins the Pareto front",
@@ -369,9 +370,10 @@ def _scatter_legend(
     lx = x0
     for mode in modes:
         color = MODE_COLORS.get(mode, OTHER_COLOR)
+        name = t.get(f"billing.{mode}", mode)
         out.append(f'<circle cx="{num(lx + 6)}" cy="{num(y0)}" r="5" fill="{color}"/>')
-        out.append(f'<text class="legend" x="{num(lx + 16)}" y="{num(y0 + 4)}">{esc(mode)}</text>')
-        lx += _legend_width(mode)
+        out.append(f'<text class="legend" x="{num(lx + 16)}" y="{num(y0 + 4)}">{esc(name)}</text>')
+        lx += _legend_width(name)
     out.append(
         f'<circle cx="{num(lx + 6)}" cy="{num(y0)}" r="5" fill="#fff" stroke="#000" stroke-width="2"/>'
     )

@@ -35,7 +35,7 @@ def _input(path: str, value: str = "", *, kind: str = "text", extra: str = "") -
     )
 
 
-def _select(path: str, values: Sequence[str], chosen: str, *, spec: bool = True) -> str:
+def select(path: str, values: Sequence[str], chosen: str, *, spec: bool = True) -> str:
     opts = "".join(
         f'<option value="{esc(v)}"{" selected" if v == chosen else ""}>{esc(v)}</option>'
         for v in values
@@ -79,7 +79,7 @@ def plan_form(t: Texts, presets: Sequence[str], providers: Sequence[str]) -> str
             _input("model", "llama-3-8b", extra=' list="presets" autocomplete="off"')
             + f'<datalist id="presets">{datalist}</datalist>',
         ),
-        _field(t, "method", _select("method", _METHODS, "lora")),
+        _field(t, "method", select("method", _METHODS, "lora")),
         _field(t, "lora.rank", _input("lora.rank", "16", kind="number")),
         _field(t, "lora.alpha", _input("lora.alpha", "32", kind="number")),
         _field(
@@ -88,15 +88,15 @@ def plan_form(t: Texts, presets: Sequence[str], providers: Sequence[str]) -> str
             _input("lora.targets", "q_proj, k_proj, v_proj, o_proj"),
             hint=t("hint.list"),
         ),
-        _field(t, "precision", _select("precision", _PRECISIONS, "bf16-mixed")),
-        _field(t, "optimizer", _select("optimizer", _OPTIMIZERS, "adamw")),
+        _field(t, "precision", select("precision", _PRECISIONS, "bf16-mixed")),
+        _field(t, "optimizer", select("optimizer", _OPTIMIZERS, "adamw")),
         _field(t, "micro_batch_size", _input("micro_batch_size", "4", kind="number")),
         _field(t, "global_batch_size", _input("global_batch_size", "64", kind="number")),
         _field(t, "seq_len", _input("seq_len", "2048", kind="number")),
         _field(
             t,
             "activation_checkpointing",
-            _select("activation_checkpointing", _CHECKPOINTING, "full"),
+            select("activation_checkpointing", _CHECKPOINTING, "full"),
         ),
         _field(t, "work.tokens", _input("work.tokens", "200000000", kind="number")),
     ]
@@ -108,7 +108,7 @@ def plan_form(t: Texts, presets: Sequence[str], providers: Sequence[str]) -> str
             hint=t("hint.duration"),
         ),
         _field(t, "constraints.budget", _input("constraints.budget", "", kind="number")),
-        _field(t, "constraints.currency", _select("constraints.currency", CURRENCIES, "USD")),
+        _field(t, "constraints.currency", select("constraints.currency", CURRENCIES, "USD")),
         _field(t, "constraints.regions", _input("constraints.regions", ""), hint=t("hint.list")),
         _field(t, "constraints.providers", _checks("constraints.providers", providers, providers)),
         _field(
@@ -126,7 +126,7 @@ def plan_form(t: Texts, presets: Sequence[str], providers: Sequence[str]) -> str
         _field(
             t,
             "objective",
-            _select("objective", ("cost", "time", "pareto"), default.objective, spec=False),
+            select("objective", ("cost", "time", "pareto"), default.objective, spec=False),
         ),
     ]
     return (

@@ -32,7 +32,7 @@ def pick(query: str | None, cookie: str | None, accept_language: str | None) -> 
     for choice in (query, cookie):
         if choice and choice.lower()[:2] in LANGS:
             return choice.lower()[:2]
-    ranked: list[tuple[float, str]] = []
+    ranked: list[tuple[float, int, str]] = []
     for i, part in enumerate((accept_language or "").split(",")):
         tag, _, params = part.strip().partition(";")
         q = 1.0
@@ -41,11 +41,8 @@ def pick(query: str | None, cookie: str | None, accept_language: str | None) -> 
                 q = float(params.strip()[2:])
             except ValueError:
                 q = 0.0
-        ranked.append((-q, f"{i:04d}{tag.strip().lower()[:2]}"))
-    for _, key in sorted(ranked):
-        if key[4:] in LANGS:
-            return key[4:]
-    return DEFAULT
+        ranked.append((-q, i, tag.strip().lower()[:2]))
+    return next((lang for _, _, lang in sorted(ranked) if lang in LANGS), DEFAULT)
 
 
 class Texts:
@@ -91,4 +88,6 @@ class Texts:
 
     def svg(self) -> dict[str, str]:
         """The chart texts (:data:`gpuplan.report.svg.TEXT`) in this language."""
-        return {k: self.get(f"svg.{k}", v) for k, v in SVG_TEXT.items()}
+        out = {k: self.get(f"svg.{k}", v) for k, v in SVG_TEXT.items()}
+        out.update({k: v for k, v in self._m.items() if k.startswith("billing.")})
+        return out

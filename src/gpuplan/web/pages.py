@@ -189,7 +189,7 @@ def bill_page(request: Request) -> HTMLResponse:
     t = texts(request)
     controls = forms.option_field(t, "gpu", forms.opt_input("gpu"))
     controls += forms.option_field(
-        t, "currency", forms._select("currency", forms.CURRENCIES, "USD", spec=False)
+        t, "currency", forms.select("currency", forms.CURRENCIES, "USD", spec=False)
     )
     body = (
         f'<p class="lead">{esc(t("bill.lead"))}</p>'
@@ -227,7 +227,8 @@ def catalog_page(request: Request) -> HTMLResponse:
         for p in sorted(cat.providers)
     )
     cur = "".join(
-        f"<option{' selected' if c == opts.currency else ''}>{c}</option>" for c in forms.CURRENCIES
+        f"<option{' selected' if c == (opts.currency or 'USD') else ''}>{c}</option>"
+        for c in forms.CURRENCIES
     )
     filters = (
         f'<form method="get" action="/catalog" class="filters"><input type="hidden" name="lang" value="{t.lang}">'

@@ -119,7 +119,7 @@ class OfferingsOptions(_Options):
     provider: list[str] = Field(default_factory=list)
     region: str | None = None
     max_price: float | None = Field(default=None, ge=0)
-    currency: str = _default(catalog_cmd.offerings, "currency")
+    currency: str | None = _default(catalog_cmd.offerings, "currency")
 
 
 # --- errors ----------------------------------------------------------------------------
@@ -263,12 +263,13 @@ def run_bill(text: str, opts: BillOptions, is_csv: bool, catalog_path: Path | No
 def run_offerings(opts: OfferingsOptions, catalog_path: Path | None) -> Any:
     """``gpuplan catalog offerings --json``."""
     cat = load_catalog(catalog_path)
+    target = opts.currency or "USD"
     rows = select_offerings(
         cat,
         gpu=opts.gpu,
         providers=opts.provider,
         region=opts.region,
         max_price=opts.max_price,
-        currency=opts.currency,
+        currency=target,
     )
-    return offerings_payload(cat, rows, opts.currency)
+    return offerings_payload(cat, rows, target)

@@ -35,7 +35,6 @@ function formToYaml(form) {
     if (el.checked) (lists[el.dataset.specList] = lists[el.dataset.specList] || []).push(yamlScalar(el.value));
   });
   Object.entries(lists).forEach(([path, vals]) => put(path, `[${vals.join(", ")}]`));
-  const order = ["model", "method", "lora", "precision", "optimizer"];
   const lines = [];
   top.forEach((line) => {
     const key = line.split(":")[0];
@@ -45,7 +44,6 @@ function formToYaml(form) {
   Object.entries(nested).forEach(([head, parts]) => {
     if (head !== "lora") lines.push(`${head}: {${parts.join(", ")}}`);
   });
-  void order;
   return lines.join("\n") + "\n";
 }
 
@@ -91,7 +89,9 @@ async function submit(form, event) {
     else {
       q.append("lang", lang());
       url = `${form.dataset.fragment}?${q}`;
-      if (/^[^\n:]*,[^\n]*\n/.test(yaml) && !/^\s*\w+\s*:/.test(yaml)) type = "text/csv";
+      if (form.dataset.format === "csv" || (/^[^\n:]*,[^\n]*\n/.test(yaml) && !/^\s*\w+\s*:/.test(yaml))) {
+        type = "text/csv";
+      }
     }
     const resp = await fetch(url, { method: "POST", headers: { "Content-Type": type }, body: yaml });
     if (resp.status === 422) {
@@ -119,6 +119,7 @@ async function submit(form, event) {
 function init() {
   document.querySelectorAll("form.job, form.doc").forEach((form) => {
     const box = form.querySelector("#spec-yaml");
+    box.addEventListener("input", () => { delete form.dataset.format; });
     if (form.classList.contains("job")) {
       const refresh = () => { box.value = formToYaml(form); };
       form.querySelectorAll("[data-spec], [data-spec-list]").forEach((el) => {
@@ -131,7 +132,9 @@ function init() {
     if (file) {
       file.addEventListener("change", () => {
         const f = file.files[0];
-        if (f) f.text().then((text) => { box.value = text; });
+        if (!f) return;
+        form.dataset.format = /\.csv$/i.test(f.name) ? "csv" : "yaml";
+        f.text().then((text) => { box.value = text; });
       });
     }
     form.addEventListener("submit", (e) => submit(form, e));
