@@ -438,12 +438,13 @@ def usage_from_text(
     providers: Sequence[str] | None = None,
     regions: Sequence[str] | None = None,
     autostop_after: str | None = None,
-    busy_threshold: float = DEFAULT_BUSY_THRESHOLD_PCT,
+    busy_threshold: float | None = None,
 ) -> Usage:
     """A usage YAML or utilization CSV with ``bill``'s flag overrides applied.
 
     The one reader behind ``gpuplan bill FILE`` and the web's ``POST /api/bill``;
-    ``is_csv`` selects the trace format (a CSV needs ``gpu``).
+    ``is_csv`` selects the trace format (a CSV needs ``gpu``; ``busy_threshold`` None
+    means :data:`DEFAULT_BUSY_THRESHOLD_PCT`).
     """
     if is_csv:
         if gpu is None:
@@ -457,7 +458,13 @@ def usage_from_text(
             regions=(),
             autostop_after_s=DEFAULT_AUTOSTOP_S,
             autostop_source="default: the 10-minute idle window of `gpuplan watch`",
-            timeline=parse_trace_csv(text, origin=origin, busy_threshold_pct=busy_threshold),
+            timeline=parse_trace_csv(
+                text,
+                origin=origin,
+                busy_threshold_pct=DEFAULT_BUSY_THRESHOLD_PCT
+                if busy_threshold is None
+                else busy_threshold,
+            ),
         )
     else:
         usage = parse_usage_yaml(text, origin=origin)

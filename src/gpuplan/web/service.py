@@ -103,7 +103,7 @@ class BillOptions(_Options):
     provider: list[str] = Field(default_factory=list)
     region: list[str] = Field(default_factory=list)
     autostop_after: str | None = None
-    busy_threshold: float = Field(
+    busy_threshold: float | None = Field(
         default=_default(bill_cmd.bill_command, "busy_threshold"), ge=0, le=100
     )
     currency: str = _default(bill_cmd.bill_command, "currency")
