@@ -235,3 +235,11 @@ def test_pages_show_bad_input_as_an_error_page(client: TestClient) -> None:
     assert 'id="error"' in r.text and "XYZ" in r.text
     r = client.get("/catalog?gpu=H100-SXM&provider=aws&lang=zh")
     assert r.status_code == 200 and 'id="offerings"' in r.text and "来源" in r.text
+
+
+def test_openapi_documents_the_one_line_error(client: TestClient) -> None:
+    doc = client.get("/openapi.json").json()
+    answer = doc["paths"]["/api/plan"]["post"]["responses"]["422"]
+    assert answer["content"]["application/json"]["schema"]["$ref"].endswith("/ApiError")
+    swagger = client.get("/openapi-3.0.json").json()
+    assert swagger["openapi"] == "3.0.3" and "anyOf" not in json.dumps(swagger["components"])

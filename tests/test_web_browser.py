@@ -168,3 +168,15 @@ def test_bill_page_with_an_uploaded_utilization_csv(page: Page, live_server: str
     page.click("#bill-form button[type=submit]")
     expect(page.locator("#bill tbody tr").first).to_be_visible(timeout=RUN_TIMEOUT_MS)
     assert "H100-SXM" in page.locator("#result").inner_text()
+
+
+def test_api_docs_render_from_local_files(page: Page, live_server: str) -> None:
+    outside: list[str] = []
+    page.on(
+        "request",
+        lambda req: outside.append(req.url) if not req.url.startswith(live_server) else None,
+    )
+    page.goto(f"{live_server}/docs")
+    expect(page.get_by_text("/api/plan", exact=True)).to_be_visible()
+    expect(page.get_by_text("/api/catalog/offerings", exact=True)).to_be_visible()
+    assert outside == []

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from gpuplan.spec import spec_json_schema
@@ -20,7 +21,19 @@ from gpuplan.web.service import (
 )
 from gpuplan.web.store import PlanStore
 
-router = APIRouter(prefix="/api", tags=["api"])
+
+class ApiError(BaseModel):
+    """A 422 answer: the CLI's one-line message and the field or option it names."""
+
+    detail: str
+    field: str | None
+
+
+router = APIRouter(
+    prefix="/api",
+    tags=["api"],
+    responses={422: {"model": ApiError, "description": "Bad input: the CLI's one-line error."}},
+)
 
 _EXAMPLE = """model: llama-3-8b
 method: lora

@@ -75,6 +75,35 @@ def create_app(db_path: Path | None = None, catalog_path: Path | None = None) ->
     return app
 
 
+def openapi_30(node: Any) -> Any:
+    """A copy of an OpenAPI 3.1 document in 3.0 terms, for the Swagger UI 4 that ships locally.
+
+    ``/openapi.json`` stays the true 3.1 document; this only relabels the version and turns
+    ``anyOf: [X, {type: null}]`` into ``X`` with ``nullable: true`` and numeric
+    ``exclusiveMinimum``/``exclusiveMaximum`` into 3.0's boolean form.
+    """
+    if isinstance(node, list):
+        return [openapi_30(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: openapi_30(v) for k, v in node.items()}
+    if out.get("openapi", "").startswith("3.1"):
+        out["openapi"] = "3.0.3"
+    members = out.get("anyOf")
+    if isinstance(members, list) and {"type": "null"} in members:
+        rest = [m for m in members if m != {"type": "null"}]
+        del out["anyOf"]
+        if len(rest) == 1:
+            out.update(rest[0])
+        else:
+            out["anyOf"] = rest
+        out["nullable"] = True
+    for key, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(out.get(key), (int, float)) and not isinstance(out.get(key), bool):
+            out[bound], out[key] = out[key], True
+    return out
+
+
 def _mount_docs(app: FastAPI) -> None:
     """Swagger UI at ``/docs`` from local files (a plain list of routes without the package)."""
     try:
@@ -84,6 +113,10 @@ def _mount_docs(app: FastAPI) -> None:
 
     if swagger_ui_path is not None:
         app.mount("/static/swagger", StaticFiles(directory=str(swagger_ui_path)), name="swagger")
+
+    @app.get("/openapi-3.0.json", include_in_schema=False)
+    def openapi_for_swagger() -> JSONResponse:
+        return JSONResponse(openapi_30(app.openapi()))
 
     @app.get("/docs", include_in_schema=False)
     def docs() -> HTMLResponse:
@@ -95,7 +128,7 @@ def _mount_docs(app: FastAPI) -> None:
             )
             return HTMLResponse(f"<h1>gpuplan API</h1><p>/openapi.json</p><ul>{rows}</ul>")
         return get_swagger_ui_html(
-            openapi_url="/openapi.json",
+            openapi_url="/openapi-3.0.json",
             title="gpuplan API",
             swagger_js_url="/static/swagger/swagger-ui-bundle.js",
             swagger_css_url="/static/swagger/swagger-ui.css",
