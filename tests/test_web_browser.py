@@ -97,6 +97,8 @@ def _fill_lora_example(page: Page) -> None:
 def test_plan_form_result_share_link_and_chinese(
     page: Page, browser: Browser, live_server: str
 ) -> None:
+    outside: list[str] = []
+    page.on("request", lambda r: None if r.url.startswith(live_server) else outside.append(r.url))
     page.goto(f"{live_server}/?lang=en")
     assert page.locator("#presets option").count() > 10  # the type-ahead over the presets
     _fill_lora_example(page)
@@ -116,6 +118,7 @@ def test_plan_form_result_share_link_and_chinese(
     expect(page.locator("#memory svg rect").first).to_be_attached()
     href = page.get_attribute("#share-link", "href")
     assert href and href.startswith("/plans/")
+    assert outside == []  # every asset came from the app
 
     fresh = browser.new_context()
     try:
