@@ -104,7 +104,8 @@ def plan_result(
             esc(t.get(f"billing.{o['billing_mode']}", o["billing_mode"])),
             f"<code>{esc(strategy_label(o['strategy']))}</code>",
             esc(t.duration(o["time_s"])),
-            esc(t.num(o["cost_total"], 2)) + ("*" if o["cost_breakdown"].get("unknown") else ""),
+            esc(t.num(o["cost_total"], 2))
+            + ("*" if o["cost_breakdown"].get("total_is_lower_bound") else ""),
             esc(t.num(o.get("cost_per_1m_tokens"), 3)),
             esc(t.gib(o["headroom_bytes"])),
         ]
