@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "src" / "gpuplan" / "estimate" / "bounds.yaml"
 HEADER = """\
 # Calibrated 80% bounds of the estimates, per job class (gpuplan.estimate.bounds).
-# lo / hi: the 10th / 90th percentiles of log(measured / predicted) over the class's rows,
-# each row predicted leave-one-source-out (the fitted constants re-fitted without the row's
+# lo / hi: the 10th / 90th percentiles of log(measured / predicted) over the class's rows
+# (ranks rounded outward, so small classes keep >= 80% inside), each row predicted leave-one-source-out (the fitted constants re-fitted without the row's
 # source: gpuplan.holdout); widened where needed so the interval contains the estimate.
 # memory: validation/memory.csv (all three metrics pooled); time: validation/training.csv,
 # the step time (throughput rows inverted). A class with fewer than `min_rows` rows is
@@ -45,6 +45,12 @@ def compute() -> dict[str, object]:
     mem_table = REPO / "validation" / "memory.csv"
     train_table = REPO / "validation" / "training.csv"
     mem = holdout.memory_loso(mem_table)
+    for c in mem.constants:
+        if c.refit_value is not None and c.refit_value != c.value:
+            raise SystemExit(
+                f"error: {c.name} is {c.value:g} but its fitting rule gives {c.refit_value:g} "
+                "on validation/memory.csv now; update it (see its docstring)"
+            )
     train = holdout.training_loso(train_table)
     if train is None or train.stale:
         why = train.stale if train else "validation/loso_efficiency.yaml is missing"

@@ -163,11 +163,18 @@ def test_quantile_interpolates() -> None:
     assert holdout.quantile([3.0, 1.0, 2.0], 1.0) == 3.0
 
 
+def test_outer_quantiles_keep_the_nominal_share_inside() -> None:
+    values = [float(i) for i in range(13)]
+    lo, hi = holdout.outer_quantiles(values, 0.1, 0.9)
+    assert sum(lo <= v <= hi for v in values) / len(values) >= 0.8
+    assert holdout.outer_quantiles([float(i) for i in range(11)], 0.1, 0.9) == (1.0, 9.0)
+
+
 def test_class_bounds_pool_small_classes() -> None:
-    residuals = [("lora", 0.01 * i) for i in range(10)] + [("qlora", 0.5)]
+    residuals = [("lora", 0.01 * i) for i in range(10)] + [("qlora", 0.5)] * 3
     table = holdout.class_bounds(residuals)
-    assert table["classes"]["qlora"] == {"pooled": True, "rows": 1}
+    assert table["classes"]["qlora"] == {"pooled": True, "rows": 3}
     assert table["classes"]["lora"]["rows"] == 10
     lo, hi = holdout.band_of(table, "lora")
-    assert lo == 0.0 and 0.07 < hi < 0.09  # contains the point estimate (0)
+    assert lo == 0.0 and hi == pytest.approx(0.09)  # contains the point estimate (0)
     assert holdout.band_of(table, "qlora") == holdout.band_of(table, "no-such-class") != (lo, hi)
