@@ -147,3 +147,14 @@ def test_plan_rejects_unknown_risk(cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("plan", str(EX / "llama3-8b-lora.yaml"), "--risk", "yolo")
     assert r.exit_code == 2
     assert "--risk" in r.stderr
+
+
+def test_plan_json_and_html_show_the_verdict(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    html = tmp_path / "plan.html"
+    r = cli("plan", str(EX / "llama3-8b-lora.yaml"), "--json", "--top", "3", "--html", str(html))
+    assert r.exit_code == 0, r.output
+    for o in json.loads(r.stdout)["options"]:
+        assert o["verdict"] in ("fits", "tight")
+        lo, hi = o["device_used_bounds_bytes"]
+        assert lo <= o["device_used_bytes"] <= hi
+    assert "<th>memory</th>" in html.read_text()
