@@ -310,9 +310,9 @@ def row_job_class(row: dict[str, str], repo_root: Path) -> str:
     """The job class of a validation row (:func:`gpuplan.estimate.bounds.job_class`)."""
     from gpuplan.estimate.bounds import job_class
     from gpuplan.spec import ParallelismSpec
-    from gpuplan.validation import _row_spec
+    from gpuplan.validation import row_spec
 
-    spec = _row_spec(row["spec"], row["id"], repo_root)
+    spec = row_spec(row["spec"], row["id"], repo_root)
     par = spec.parallelism if isinstance(spec.parallelism, ParallelismSpec) else None
     count = int(row.get("count") or 1)
     return job_class(

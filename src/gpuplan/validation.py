@@ -188,11 +188,11 @@ def _catalog() -> Any:
 
 
 @functools.lru_cache(maxsize=1024)
-def _row_spec(text: str, row_id: str, repo_root: Path) -> Any:
+def row_spec(text: str, row_id: str, repo_root: Path) -> Any:
     """The parsed spec of a row (cached: the fitting scripts predict each row many times)."""
     from gpuplan.spec import parse_spec
 
-    return parse_spec(parse_row_spec(text, repo_root), origin=f"validation row {row_id}")
+    return parse_spec(parserow_spec(text, repo_root), origin=f"validation row {row_id}")
 
 
 def read_table(path: Path) -> list[dict[str, str]]:
@@ -204,7 +204,7 @@ def read_table(path: Path) -> list[dict[str, str]]:
         raise SpecError(f"--table: cannot read {path}: {exc.strerror}") from exc
 
 
-def parse_row_spec(text: str, repo_root: Path) -> dict[str, Any]:
+def parserow_spec(text: str, repo_root: Path) -> dict[str, Any]:
     """The spec mapping of a row; model paths are relative to the repo root."""
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
@@ -259,7 +259,7 @@ def predict_memory(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
     """Predicted bytes of a memory row, in the row's metric."""
     from gpuplan.estimate.fit import fit
 
-    spec = _row_spec(row["spec"], row["id"], repo_root)
+    spec = row_spec(row["spec"], row["id"], repo_root)
     cat = _catalog()
     context = float(row["cuda_context_mib"]) * 2**20 if row.get("cuda_context_mib") else None
     result = fit(spec, cat.gpu(row["gpu"]), int(row["count"]), cuda_context_bytes=context)
@@ -299,12 +299,12 @@ _TOPOLOGY_COLUMNS = ("gpu", "count", "gpus_per_node", "intra_node", "inter_node_
 def _training_layout(spec_text: str, row_id: str, repo_root: Path, hw: tuple[str, ...]) -> Any:
     """What a training row times, resolved once: an explicit layout does not depend on the
     efficiencies, so the fitting scripts only re-run the time estimate."""
-    from gpuplan.estimate.configure import _candidates, default_topology
-    from gpuplan.estimate.fit import check_precision, memory_job, model_shape
+    from gpuplan.estimate.configure import default_topology
+    from gpuplan.estimate.fit import check_precision, explicit_strategy, memory_job, model_shape
     from gpuplan.spec import ParallelismSpec
 
     gpu_id, count_s, gpn_s, intra, inter, fabric = hw
-    spec = _row_spec(spec_text, row_id, repo_root)
+    spec = row_spec(spec_text, row_id, repo_root)
     gpu = _catalog().gpu(gpu_id)
     count = int(count_s)
     topo = default_topology(
@@ -319,7 +319,7 @@ def _training_layout(spec_text: str, row_id: str, repo_root: Path, hw: tuple[str
         return spec, gpu, count, topo, None
     check_precision(spec, gpu)
     shape = model_shape(spec.model)
-    (st,) = _candidates(spec, count, topo.gpus_per_node)
+    st = explicit_strategy(spec, count, shape)
     return spec, gpu, count, topo, (shape, memory_job(spec, shape), st)
 
 
