@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -60,6 +62,8 @@ class RowResult:
     error: float | None
     note: str = ""
     multi_node: bool = False
+    source: str = ""
+    """The row's source group (:func:`source_of`), for leave-one-source-out figures."""
 
     @property
     def abs_error(self) -> float | None:
@@ -145,6 +149,52 @@ class Report:
         }
 
 
+SOURCE_ALIASES = {"huggingface.co/mosaicml": "github.com/mosaicml/llm-foundry"}
+"""Sources that are one source: MosaicML's MPT-7B model card reports a run of llm-foundry."""
+
+
+def source_of(row: dict[str, str]) -> str:
+    """The source group of a row, the unit that leave-one-source-out holds out together.
+
+    A source is the publication or repository a number comes from, as that is what shares
+    an engine, a measurement method and its blind spots: ``github.com/<owner>/<repo>``
+    (all documents and tables of one repository together), for MLPerf the submitter
+    (``mlcommons:<submitter>``, across rounds: one organisation's code and systems), an
+    arXiv paper by its number, a Hugging Face model card by its owner (with the aliases in
+    ``SOURCE_ALIASES``), else the source text up to its first parenthesis.
+    """
+    text = row.get("source", "")
+    mlperf = re.search(r"mlcommons/training_results_v[\d.]+ \(commit \w+\) : ([\w.-]+)/", text)
+    if mlperf:
+        return f"mlcommons:{mlperf.group(1)}"
+    github = re.search(r"github\.com/([\w.-]+)/([\w.-]+)", text)
+    if github:
+        return f"github.com/{github.group(1)}/{github.group(2)}"
+    arxiv = re.search(r"arXiv:\s*(\d{4}\.\d{4,5})", text)
+    if arxiv:
+        return f"arXiv:{arxiv.group(1)}"
+    hub = re.search(r"huggingface\.co/([\w.-]+)", text)
+    if hub:
+        key = f"huggingface.co/{hub.group(1)}"
+        return SOURCE_ALIASES.get(key, key)
+    return text.split("(")[0].strip() or "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog() -> Any:
+    from gpuplan.catalog.loader import load_catalog
+
+    return load_catalog(use_user=False)
+
+
+@functools.lru_cache(maxsize=1024)
+def row_spec(text: str, row_id: str, repo_root: Path) -> Any:
+    """The parsed spec of a row (cached: the fitting scripts predict each row many times)."""
+    from gpuplan.spec import parse_spec
+
+    return parse_spec(parserow_spec(text, repo_root), origin=f"validation row {row_id}")
+
+
 def read_table(path: Path) -> list[dict[str, str]]:
     """Rows of a validation CSV."""
     try:
@@ -154,7 +204,7 @@ def read_table(path: Path) -> list[dict[str, str]]:
         raise SpecError(f"--table: cannot read {path}: {exc.strerror}") from exc
 
 
-def parse_row_spec(text: str, repo_root: Path) -> dict[str, Any]:
+def parserow_spec(text: str, repo_root: Path) -> dict[str, Any]:
     """The spec mapping of a row; model paths are relative to the repo root."""
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
@@ -186,6 +236,7 @@ def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float,
                     measured=measured,
                     error=None,
                     note=exc.one_line(),
+                    source=source_of(row),
                 )
             )
             continue
@@ -198,6 +249,7 @@ def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float,
                 error=(predicted - measured) / measured,
                 note=note,
                 multi_node=int(row.get("count") or 1) > int(row.get("gpus_per_node") or 8),
+                source=source_of(row),
             )
         )
     return Report(table=str(path), rows=tuple(results), excluded=tuple(excluded))
@@ -205,12 +257,10 @@ def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float,
 
 def predict_memory(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
     """Predicted bytes of a memory row, in the row's metric."""
-    from gpuplan.catalog.loader import load_catalog
     from gpuplan.estimate.fit import fit
-    from gpuplan.spec import parse_spec
 
-    spec = parse_spec(parse_row_spec(row["spec"], repo_root), origin=f"validation row {row['id']}")
-    cat = load_catalog(use_user=False)
+    spec = row_spec(row["spec"], row["id"], repo_root)
+    cat = _catalog()
     context = float(row["cuda_context_mib"]) * 2**20 if row.get("cuda_context_mib") else None
     result = fit(spec, cat.gpu(row["gpu"]), int(row["count"]), cuda_context_bytes=context)
     m = result.memory
@@ -242,28 +292,52 @@ def format_rows(rows: Sequence[RowResult], scale: float, unit: str) -> list[list
     return out
 
 
-def predict_training(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
-    """Predicted value of a training row, in its metric (seconds, tokens/s/GPU, ...)."""
-    from gpuplan.catalog.loader import load_catalog
-    from gpuplan.estimate.configure import configure, default_topology
-    from gpuplan.spec import parse_spec
+_TOPOLOGY_COLUMNS = ("gpu", "count", "gpus_per_node", "intra_node", "inter_node_gbps", "fabric")
 
-    spec = parse_spec(parse_row_spec(row["spec"], repo_root), origin=f"validation row {row['id']}")
-    cat = load_catalog(use_user=False)
-    gpu = cat.gpu(row["gpu"])
-    count = int(row["count"])
-    gpn = int(row["gpus_per_node"]) if row.get("gpus_per_node") else None
+
+@functools.lru_cache(maxsize=1024)
+def _training_layout(spec_text: str, row_id: str, repo_root: Path, hw: tuple[str, ...]) -> Any:
+    """What a training row times, resolved once: an explicit layout does not depend on the
+    efficiencies, so the fitting scripts only re-run the time estimate."""
+    from gpuplan.estimate.configure import default_topology
+    from gpuplan.estimate.fit import check_precision, explicit_strategy, memory_job, model_shape
+    from gpuplan.spec import ParallelismSpec
+
+    gpu_id, count_s, gpn_s, intra, inter, fabric = hw
+    spec = row_spec(spec_text, row_id, repo_root)
+    gpu = _catalog().gpu(gpu_id)
+    count = int(count_s)
     topo = default_topology(
         gpu,
         count,
-        gpus_per_node=gpn,
-        intra_node=row.get("intra_node") or None,
-        inter_node_gbps=float(row["inter_node_gbps"]) if row.get("inter_node_gbps") else None,
-        fabric=row.get("fabric") or None,
+        gpus_per_node=int(gpn_s) if gpn_s else None,
+        intra_node=intra or None,
+        inter_node_gbps=float(inter) if inter else None,
+        fabric=fabric or None,
     )
-    # the layout ran for real: time it even where our (conservative) memory model disagrees
-    conf = configure(spec, gpu, count, topo, with_scaling=False, require_fit=False)
-    t = conf.time
+    if not isinstance(spec.parallelism, ParallelismSpec):
+        return spec, gpu, count, topo, None
+    check_precision(spec, gpu)
+    shape = model_shape(spec.model)
+    st = explicit_strategy(spec, count, shape)
+    return spec, gpu, count, topo, (shape, memory_job(spec, shape), st)
+
+
+def predict_training(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
+    """Predicted value of a training row, in its metric (seconds, tokens/s/GPU, ...)."""
+    from gpuplan.estimate.configure import configure
+    from gpuplan.estimate.speed import estimate_time
+
+    hw = tuple(row.get(c) or "" for c in _TOPOLOGY_COLUMNS)
+    spec, gpu, count, topo, explicit = _training_layout(row["spec"], row["id"], repo_root, hw)
+    if explicit is not None:
+        # the layout ran for real: time it even where our (conservative) memory model disagrees
+        shape, job, st = explicit
+        t = estimate_time(shape, job, st, gpu, topo, work=spec.work, image_size=spec.image_size)
+        label = st.label()
+    else:
+        conf = configure(spec, gpu, count, topo, with_scaling=False, require_fit=False)
+        t, label = conf.time, conf.strategy.label()
     from gpuplan.estimate.compute import peak_flops
 
     dtype = {"fp32": "fp32", "tf32": "tf32"}.get(spec.precision, spec.precision.split("-")[0])
@@ -282,4 +356,4 @@ def predict_training(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
         raise SpecError(
             f"metric: cannot predict {metric!r} for row {row['id']} (missing work or not a text model)"
         )
-    return float(value), conf.strategy.label()
+    return float(value), label

@@ -19,7 +19,8 @@ MarginOpt = Annotated[
         "--safety-margin",
         min=0.0,
         max=0.5,
-        help="Fraction of GPU memory kept free when deciding `fits` (default 0.05).",
+        help="Fraction of GPU memory kept free on top of the estimate when deciding `fits` "
+        "(default 0: the calibrated bounds give the `fits`/`tight`/`no` verdict instead).",
     ),
 ]
 
@@ -44,7 +45,7 @@ def fit_command(
     trace: Annotated[
         bool, typer.Option("--trace", help="Trace the real PyTorch model (needs the trace extra).")
     ] = False,
-    margin: MarginOpt = 0.05,
+    margin: MarginOpt = 0.0,
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
@@ -78,13 +79,15 @@ def fit_command(
         try:
             r = fit(spec, g, gpus, margin=margin)
         except SpecError as exc:
-            rows.append({"gpu": g.id, "fits": False, "reason": exc.one_line()})
+            rows.append({"gpu": g.id, "fits": False, "verdict": "no", "reason": exc.one_line()})
             continue
         rows.append(
             {
                 "gpu": g.id,
                 "fits": r.memory.fits,
+                "verdict": r.verdict,
                 "device_used_bytes": round(r.memory.device_used_bytes),
+                "device_used_bounds_bytes": [round(v) for v in r.bounds()["device_used_bytes"]],
                 "capacity_bytes": round(r.memory.capacity_bytes),
                 "headroom_bytes": round(r.memory.headroom_bytes),
                 "max_micro_batch": r.max_micro_batch,
@@ -101,8 +104,9 @@ def fit_command(
     )
     for col in (
         "GPU",
-        "fits",
+        "verdict",
         "used GiB",
+        "80% range GiB",
         "capacity GiB",
         "headroom GiB",
         "max micro-batch",
@@ -111,18 +115,27 @@ def fit_command(
         table.add_column(col)
     for row in rows:
         if "reason" in row:
-            table.add_row(row["gpu"], "[red]no[/red]", "-", "-", "-", "-", row["reason"])
+            table.add_row(row["gpu"], "[red]no[/red]", "-", "-", "-", "-", "-", row["reason"])
             continue
         table.add_row(
             row["gpu"],
-            "[green]yes[/green]" if row["fits"] else "[red]no[/red]",
+            _VERDICT_STYLE[row["verdict"]],
             _gib(row["device_used_bytes"]),
+            "-".join(_gib(v) for v in row["device_used_bounds_bytes"]),
             _gib(row["capacity_bytes"]),
             _gib(row["headroom_bytes"]),
             str(row["max_micro_batch"]),
             _strategy_label(row["strategy"]),
         )
     console().print(table)
+
+
+_VERDICT_STYLE = {
+    "fits": "[green]fits[/green]",
+    "tight": "[yellow]tight[/yellow]",
+    "no": "[red]no[/red]",
+}
+"""How the table shows a verdict: `tight` fits by the estimate, not by its upper bound."""
 
 
 def _strategy_label(st: dict[str, Any]) -> str:
@@ -141,10 +154,16 @@ def _print_breakdown(result: Any) -> None:
 
     m = result.memory
     out = console()
-    verdict = "[green]fits[/green]" if m.fits else "[red]does not fit[/red]"
+    verdict = {
+        "fits": "[green]fits[/green]",
+        "tight": "[yellow]tight[/yellow] (the estimate fits, its 80% upper bound does not)",
+        "no": "[red]does not fit[/red]",
+    }[result.verdict]
+    lo, hi = result.bounds()["device_used_bytes"]
     out.print(
-        f"{result.gpu.id} x{result.count}: {verdict} - {_gib(m.device_used_bytes)} GiB of "
-        f"{_gib(m.capacity_bytes)} GiB ({m.safety_margin:.0%} kept free), headroom "
+        f"{result.gpu.id} x{result.count}: {verdict} - {_gib(m.device_used_bytes)} GiB "
+        f"(80% range {_gib(lo)}-{_gib(hi)}) of {_gib(m.capacity_bytes)} GiB "
+        f"({m.safety_margin:.0%} kept free), headroom "
         f"{_gib(m.headroom_bytes)} GiB, max micro-batch {result.max_micro_batch}"
     )
     out.print(f"strategy: {result.strategy.label()}; peak during {m.peak_phase}; basis: {m.basis}")
@@ -271,7 +290,7 @@ def estimate_command(
     fabric: FabricOpt = None,
     offering: OfferingOpt = None,
     nodes: NodesOpt = None,
-    margin: MarginOpt = 0.05,
+    margin: MarginOpt = 0.0,
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
@@ -292,7 +311,7 @@ def estimate_command(
         "count": n,
         "strategy": conf.strategy.as_contract(),
         "memory": conf.fit.as_contract(),
-        "time": conf.time.as_contract(),
+        "time": conf.time_contract(),
         "topology": {
             "gpus_per_node": topo.gpus_per_node,
             "intra_node": topo.intra_node,
@@ -332,6 +351,16 @@ def _print_time(conf: Any) -> None:
             table.add_row(key, f"{value:.3f}", f"{value / t.step_time_s:.0%}")
     table.add_row("[bold]step[/bold]", f"{t.step_time_s:.3f}", "100%")
     out.print(table)
+    b = conf.time_bounds()
+    out.print(
+        f"80% range: step {b['step_time_s'][0]:.3f}-{b['step_time_s'][1]:.3f} s"
+        + (
+            f", time to train {format_duration(b['time_to_train_s'][0])}"
+            f"-{format_duration(b['time_to_train_s'][1])}"
+            if b["time_to_train_s"]
+            else ""
+        )
+    )
     tok = (
         f"{t.tokens_per_s:,.0f} tokens/s ({t.tokens_per_s_per_gpu:,.0f}/GPU), "
         if t.tokens_per_s

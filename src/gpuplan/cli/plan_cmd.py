@@ -55,6 +55,15 @@ def plan_command(
             "or torchrun (launch command + config).",
         ),
     ] = None,
+    risk: Annotated[
+        str,
+        typer.Option(
+            "--risk",
+            help="Memory risk: low (only options whose 80% upper bound fits), medium (also "
+            "'tight' ones, where only the estimate fits, ranked after sure ones at equal cost) "
+            "or high (the estimate alone).",
+        ),
+    ] = "medium",
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
@@ -68,6 +77,10 @@ def plan_command(
 
     if objective not in _OBJECTIVES:
         raise SpecError(f"--objective: unknown {objective!r}; allowed: {', '.join(_OBJECTIVES)}")
+    from gpuplan.planner.search import RISKS
+
+    if risk not in RISKS:
+        raise SpecError(f"--risk: unknown {risk!r}; allowed: {', '.join(RISKS)}")
     if export is not None and export not in _EXPORTS:
         raise SpecError(f"--export: unknown {export!r}; allowed: {', '.join(_EXPORTS)}")
     try:
@@ -85,6 +98,7 @@ def plan_command(
         max_gpus=max_gpus,
         spot_interruptions_per_hour=spot_rate,
         checkpoint_interval_s=interval,
+        risk=risk,
     )
     result = plan(spec, cat, settings)
     if html is not None:
@@ -133,6 +147,9 @@ def plan_json(result: Any) -> dict[str, Any]:
     }
 
 
+_VERDICT_STYLE = {"fits": "fits", "tight": "[yellow]tight[/yellow]", "no": "[red]no[/red]"}
+
+
 def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
     from collections import Counter
 
@@ -157,6 +174,7 @@ def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
         f"cost {cur}",
         "per 1M tok",
         "headroom",
+        "memory",
     ):
         table.add_column(col, overflow="fold")
     for i, o in enumerate(result.options, 1):
@@ -174,6 +192,7 @@ def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
             f"{o.cost_total:,.2f}{bound}",
             f"{per_m:.3f}" if per_m else "-",
             f"{o.configuration.fit.memory.headroom_bytes / 2**30:.0f} GiB",
+            _VERDICT_STYLE[o.configuration.fit.verdict],
         )
     out = console()
     out.print(table)

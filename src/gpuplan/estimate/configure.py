@@ -13,6 +13,7 @@ import dataclasses
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import GpuPlanError, InfeasibleError
 from gpuplan.estimate import comm
+from gpuplan.estimate.bounds import bounds_for
 from gpuplan.estimate.fit import (
     FitResult,
     candidate_strategies,
@@ -20,6 +21,7 @@ from gpuplan.estimate.fit import (
     max_micro_batch,
     memory_job,
     model_shape,
+    strategy_class,
 )
 from gpuplan.estimate.memory import DEFAULT_SAFETY_MARGIN, MemoryEstimate, estimate_memory
 from gpuplan.estimate.speed import TimeEstimate, estimate_time
@@ -41,6 +43,26 @@ class Configuration:
     def strategy(self) -> Strategy:
         """The chosen strategy."""
         return self.fit.strategy
+
+    def time_bounds(self) -> dict[str, list[float] | None]:
+        """Calibrated 80% intervals ``[lo, hi]`` of the time figures (None where unknown)."""
+        b = bounds_for("time", self.fit.job_class)
+        t = self.time
+        tok = t.tokens_per_s_per_gpu
+        return {
+            "step_time_s": b.around(t.step_time_s),
+            "tokens_per_s_per_gpu": None if tok is None else b.around_inverse(tok),
+            "samples_per_s": b.around_inverse(t.samples_per_s),
+            "time_to_train_s": None if t.time_to_train_s is None else b.around(t.time_to_train_s),
+        }
+
+    def time_contract(self) -> dict[str, object]:
+        """The ``time`` object of ``gpuplan estimate --json``, with its bounds."""
+        return {
+            **self.time.as_contract(),
+            "bounds": self.time_bounds(),
+            "bounds_basis": bounds_for("time", self.fit.job_class).describe(),
+        }
 
 
 def default_topology(
@@ -201,7 +223,14 @@ def configure(
     mmb = max_micro_batch(
         shape, job, st, gpu, capacity=capacity, margin=margin, image_size=spec.image_size
     )
-    result = FitResult(gpu=gpu, count=count, strategy=st, memory=mem, max_micro_batch=mmb)
+    result = FitResult(
+        gpu=gpu,
+        count=count,
+        strategy=st,
+        memory=mem,
+        max_micro_batch=mmb,
+        job_class=strategy_class(spec, st, count, topo.gpus_per_node),
+    )
     if with_scaling and count > 1:
         t = dataclasses.replace(
             t, scaling_efficiency=_scaling(spec, gpu, count, topo, t, margin, capacity)

@@ -12,6 +12,7 @@ import math
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
+from gpuplan.estimate import bounds as bnd
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
     DEFAULT_SAFETY_MARGIN,
@@ -195,6 +196,28 @@ class FitResult:
     strategy: Strategy
     memory: MemoryEstimate
     max_micro_batch: int
+    job_class: str = bnd.POOLED
+    """The job class whose leave-one-source-out residuals size the bounds."""
+
+    @property
+    def memory_bounds(self) -> bnd.ClassBounds:
+        """The calibrated 80% bounds of this job class's memory."""
+        return bnd.bounds_for("memory", self.job_class)
+
+    def bounds(self) -> dict[str, list[float]]:
+        """80% intervals ``[lo, hi]`` of the three memory totals, bytes."""
+        m, b = self.memory, self.memory_bounds
+        return {
+            "peak_allocated_bytes": b.around(m.peak_allocated_bytes),
+            "peak_reserved_bytes": b.around(m.peak_reserved_bytes),
+            "device_used_bytes": b.around(m.device_used_bytes),
+        }
+
+    @property
+    def verdict(self) -> bnd.Verdict:
+        """``fits`` (the upper bound fits), ``tight`` (only the estimate fits) or ``no``."""
+        m = self.memory
+        return bnd.verdict(m.fits, self.bounds()["device_used_bytes"][1], m.capacity_bytes)
 
     def as_contract(self) -> dict[str, object]:
         """The ``memory`` object of ``gpuplan estimate --json``."""
@@ -214,6 +237,10 @@ class FitResult:
             "activation_items_per_token": {i.name: i.bytes_per_token for i in m.activation_items},
             "assumptions": list(m.assumptions),
             "basis": m.basis,
+            "bounds": {k: [round(lo), round(hi)] for k, (lo, hi) in self.bounds().items()},
+            "verdict": self.verdict,
+            "job_class": self.job_class,
+            "bounds_basis": self.memory_bounds.describe(),
         }
 
 
@@ -304,4 +331,18 @@ def fit(
     mmb = max_micro_batch(
         shape, job, st, gpu, capacity=capacity, margin=margin, image_size=spec.image_size
     )
-    return FitResult(gpu=gpu, count=count, strategy=st, memory=est, max_micro_batch=mmb)
+    return FitResult(
+        gpu=gpu,
+        count=count,
+        strategy=st,
+        memory=est,
+        max_micro_batch=mmb,
+        job_class=strategy_class(spec, st, count, gpus_per_node),
+    )
+
+
+def strategy_class(spec: JobSpec, st: Strategy, count: int, gpus_per_node: int) -> str:
+    """The bounds' job class of ``spec`` run with ``st`` on ``count`` GPUs."""
+    return bnd.job_class(
+        method=spec.method, count=count, tp=st.tp, pp=st.pp, gpus_per_node=gpus_per_node
+    )

@@ -51,7 +51,11 @@ from gpuplan.estimate.numerics import (
 from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.strategy import Strategy
 
-DEFAULT_SAFETY_MARGIN = 0.05
+DEFAULT_SAFETY_MARGIN = 0.0
+"""Fraction of capacity kept free on top of the estimate. None by default: the point
+estimate is compared with the capacity, and the calibrated bounds
+(:mod:`gpuplan.estimate.bounds`) say how sure that is (the ``fits``/``tight``/``no``
+verdict), instead of a fixed 5% for every job."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,7 +24,11 @@ class PlanSettings:
     image_pull_s: float = 180.0
     cold_start_s: float = 120.0
     commitment: str = "whole-terms"
-    safety_margin: float = 0.05
+    safety_margin: float = 0.0
+    risk: str = "medium"
+    """How the memory verdict ranks options: ``low`` keeps only ``fits`` (the 80% upper bound
+    fits), ``medium`` also keeps ``tight`` ones (only the estimate fits) but ranks them after
+    sure ones at equal cost, ``high`` ranks by the point estimate alone."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +91,8 @@ class Option:
             "step_time_s": t.step_time_s,
             "mfu": t.mfu,
             "headroom_bytes": round(conf.fit.memory.headroom_bytes),
+            "verdict": conf.fit.verdict,
+            "device_used_bounds_bytes": [round(v) for v in conf.fit.bounds()["device_used_bytes"]],
             "device_used_bytes": round(conf.fit.memory.device_used_bytes),
             "memory_breakdown": {k: round(v) for k, v in conf.fit.memory.breakdown.items()},
             "warnings": list(self.warnings),

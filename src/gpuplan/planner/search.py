@@ -99,11 +99,33 @@ def _cost_options(spec: JobSpec, settings: PlanSettings) -> CostOptions:
     )
 
 
-def _sort_key(objective: str, o: Option) -> tuple[Any, ...]:
+RISKS = ("low", "medium", "high")
+
+
+def _unsure(o: Option, risk: str) -> int:
+    """1 for an option whose memory is only ``tight``, where the risk setting ranks it later."""
+    return int(risk != "high" and o.configuration.fit.verdict == "tight")
+
+
+def _sort_key(objective: str, o: Option, risk: str = "high") -> tuple[Any, ...]:
     tie = (o.provider, o.instance_type, o.region, o.billing_mode, o.nodes)
     if objective == "time":
-        return (o.time_s, o.cost_total, *tie)
-    return (o.cost_total, o.time_s, *tie)
+        return (o.time_s, _unsure(o, risk), o.cost_total, *tie)
+    return (o.cost_total, _unsure(o, risk), o.time_s, *tie)
+
+
+def _margin(spec: JobSpec, settings: PlanSettings, gpus: int, gpus_per_node: int) -> float:
+    """The memory margin for ``configure``: with ``--risk low``, room for the upper bound."""
+    if settings.risk != "low":
+        return settings.safety_margin
+    from gpuplan.estimate.bounds import bounds_for, job_class, margin_for_sure_fit
+
+    classes = {
+        job_class(method=spec.method, count=gpus, tp=tp, pp=1, gpus_per_node=gpus_per_node)
+        for tp in ((1, 2) if gpus > 1 else (1,))
+    }
+    hi = max(bounds_for("memory", c).hi for c in classes)
+    return max(settings.safety_margin, margin_for_sure_fit(hi))
 
 
 def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) -> Plan:
@@ -171,7 +193,7 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
                         gpu,
                         topo.gpus,
                         topo,
-                        margin=settings.safety_margin,
+                        margin=_margin(spec, settings, topo.gpus, topo.gpus_per_node),
                         capacity=off.gpu_memory_bytes,
                         with_scaling=False,
                     )
@@ -198,7 +220,11 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
                     )
     feasible: list[Option] = []
     for o in options:
-        if deadline is not None and o.time_s > deadline:
+        if settings.risk == "low" and o.configuration.fit.verdict != "fits":
+            rejected.append(
+                _reject(o, f"memory {_tight_reason(o)}; --risk low keeps sure fits only")
+            )
+        elif deadline is not None and o.time_s > deadline:
             rejected.append(
                 _reject(
                     o, f"misses the deadline: {o.time_s / 3600:.1f} h > {deadline / 3600:.1f} h"
@@ -231,18 +257,23 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
         )
     objective = settings.objective
     front = pareto_front(feasible)
+    risk = settings.risk
     ranked = sorted(
-        front if objective == "pareto" else feasible, key=lambda o: _sort_key(objective, o)
+        front if objective == "pareto" else feasible,
+        key=lambda o: _sort_key(objective, o, risk),
     )
     if objective == "pareto":
-        ranked = sorted(ranked, key=lambda o: _sort_key("time", o))
+        ranked = sorted(ranked, key=lambda o: _sort_key("time", o, risk))
     cheapest = min(feasible, key=lambda o: _sort_key("cost", o))
     fastest = min(feasible, key=lambda o: _sort_key("time", o))
     top = [
         dataclasses.replace(
             o,
-            why=explain(o, cheapest=cheapest, fastest=fastest, spec=spec),
-            warnings=warnings_for(o, feasible, cheapest),
+            why=_with_risk(explain(o, cheapest=cheapest, fastest=fastest, spec=spec), o, risk),
+            warnings=(
+                *warnings_for(o, feasible, cheapest),
+                *((f"{o.label()}: memory {_tight_reason(o)}",) if _is_tight(o) else ()),
+            ),
         )
         for o in ranked[: settings.top]
     ]
@@ -283,6 +314,33 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
         warnings=plan_warnings,
         considered=considered,
     )
+
+
+def _is_tight(o: Option) -> bool:
+    return o.configuration.fit.verdict == "tight"
+
+
+def _tight_reason(o: Option) -> str:
+    fit = o.configuration.fit
+    m = fit.memory
+    hi = fit.bounds()["device_used_bytes"][1]
+    return (
+        f"tight: the estimate ({m.device_used_bytes / 2**30:.1f} GiB) fits the "
+        f"{m.capacity_bytes / 2**30:.1f} GiB but its 80% upper bound ({hi / 2**30:.1f} GiB) "
+        "does not, so the run may run out of memory"
+    )
+
+
+def _with_risk(why: str, o: Option, risk: str) -> str:
+    """The option's reasons, with why a tight option ranks where it does."""
+    if not _is_tight(o):
+        return why
+    rank = (
+        "ranked after sure options at equal cost (--risk medium)"
+        if risk == "medium"
+        else "ranked by the estimate alone (--risk high)"
+    )
+    return f"{why}; memory {_tight_reason(o)}; {rank}"
 
 
 def _offering_rejection(
