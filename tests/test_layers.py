@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "report": 3,
     "planner": 3,
     "validation": 3,
+    "holdout": 3,
     "cli": 4,
     "web": 4,
 }
