@@ -161,8 +161,7 @@ def _alibaba(
         notes += [DOC_NOTE]
         return [], notes, first_url(shape["source"]), DOC_AS_OF, _regions(shape["region"])
     regions = sorted(by_region)
-    prices = grouped("on-demand", by_region, regions, "CNY", source=ALIBABA_PRICES_URL,
-                     source_kind="api-dump", as_of=ALIBABA_PRICES_AS_OF)
+    prices = grouped("on-demand", by_region, regions, "CNY")
     notes.append(ALIBABA_PRICE_NOTE)
     if len({round(v, 4) for v in by_region.values()}) > 1:
         notes.append(f"On-demand {fmt(min(by_region.values()))}-{fmt(max(by_region.values()))} "
@@ -170,8 +169,7 @@ def _alibaba(
     if it in ALIBABA_THIRD_PARTY_NOTE:
         notes.append(ALIBABA_THIRD_PARTY_NOTE[it])
     if not shape.get("price_only"):
-        notes.append(DOC_NOTE)
-        return prices, notes, first_url(shape["source"]), DOC_AS_OF, regions
+        notes.append(f"Shape per {first_url(shape['source'])} (an undated copy seen in 2026).")
     return prices, notes, ALIBABA_PRICES_URL, ALIBABA_PRICES_AS_OF, regions
 
 
