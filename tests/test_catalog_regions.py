@@ -148,3 +148,67 @@ def test_compliance_declaration_tags_matching_offerings(tmp_path: Path) -> None:
 def test_no_builtin_row_is_tagged_mlps3() -> None:
     cat = load_catalog(use_user=False)
     assert not [o for o in cat.offerings if "mlps-3" in o.compliance]
+
+
+BILL_ROW = """
+billing:
+  - {provider: example, granularity_s: 1, minimum_s: 0, source: test rule, as_of: 2026-01-01}
+offerings:
+  - provider: example
+    instance_type: ex.h100
+    regions: [r-cheap, r-dear]
+    gpu: H100-SXM
+    gpu_count: 1
+    intra_node: none
+    prices:
+      - {mode: on-demand, per_hour: 1.0, currency: USD, regions: [r-cheap]}
+      - {mode: on-demand, per_hour: 2.0, currency: USD, regions: [r-dear]}
+      - {mode: monthly, per_month: 438.0, currency: USD, regions: [r-cheap]}
+      - {mode: reserved-1y, per_year: 7008.0, currency: USD, regions: [r-dear]}
+    source: test price page
+    as_of: 2026-01-01
+"""
+
+
+def _usage(regions: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+    from gpuplan.cost.usage import parse_usage_yaml
+
+    text = "gpu: H100-SXM\nproviders: [example]\ngpus: 1\nhours_per_day: 12\ndays_per_week: 7\n"
+    if regions:
+        text += f"regions: [{', '.join(regions)}]\n"
+    return parse_usage_yaml(text, origin="t")
+
+
+def test_bill_costs_the_cheapest_region_with_break_even(tmp_path: Path) -> None:
+    from gpuplan.cost.mix import bill
+
+    cat = _load(tmp_path, BILL_ROW)
+    off = bill(_usage(), catalog=cat, currency="USD").offerings[0]  # type: ignore[arg-type]
+    assert off.region == "r-cheap"
+    (quote,) = off.commitments
+    assert quote.mode == "monthly"
+    assert quote.break_even == pytest.approx(438.0 / 730 / 1.0)  # 60%
+
+
+def test_bill_in_a_chosen_region_uses_its_prices(tmp_path: Path) -> None:
+    from gpuplan.cost.mix import bill
+
+    cat = _load(tmp_path, BILL_ROW)
+    off = bill(_usage(("r-dear",)), catalog=cat, currency="USD").offerings[0]  # type: ignore[arg-type]
+    assert off.region == "r-dear"
+    (quote,) = off.commitments
+    assert quote.mode == "reserved-1y"
+    assert quote.per_month == pytest.approx(7008.0 / 12)
+    assert quote.break_even == pytest.approx(7008.0 / 8760 / 2.0)  # 40%
+
+
+def test_bill_table_prints_break_even(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    over = tmp_path / "over.yaml"
+    over.write_text(BILL_ROW)
+    usage = tmp_path / "usage.yaml"
+    usage.write_text(
+        "gpu: H100-SXM\nproviders: [example]\ngpus: 1\nhours_per_day: 12\ndays_per_week: 7\n"
+    )
+    out = cli("bill", str(usage), "--catalog", str(over))
+    assert out.exit_code == 0, out.output
+    assert "break-even" in out.stdout and "monthly 60%" in out.stdout

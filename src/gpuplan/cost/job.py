@@ -22,6 +22,7 @@ from gpuplan.cost.billing import (
     TERM_HOURS,
     CommitmentPolicy,
     billed_seconds,
+    break_even_utilization,
     capacity_block_seconds,
     commitment_terms,
     expected_loss_per_interruption_s,
@@ -206,7 +207,12 @@ def _commitment(
 ) -> _Parts:
     p = _Parts(commitment=options.commitment)
     mode = price.mode
-    one_term = term_price(per_hour=price.per_hour, per_month=price.per_month, mode=mode) * rate
+    one_term = (
+        term_price(
+            per_hour=price.per_hour, per_month=price.per_month, per_year=price.per_year, mode=mode
+        )
+        * rate
+    )
     term_h = TERM_HOURS[mode]
     per_s = one_term / (term_h * 3600.0) * nodes
     p.wall_s = startup_s + run_s
@@ -229,6 +235,29 @@ def _commitment(
             "is not charged to this job"
         )
     return p
+
+
+def _break_even_note(
+    offering: Offering,
+    price: Price,
+    region: str | None,
+    commit_per_hour: float,
+    catalog: Catalog,
+    currency: str,
+    notes: list[str],
+) -> None:
+    """Say at what utilization the commitment beats on-demand in the same region."""
+    od = offering.price("on-demand", region) if region in offering.regions else None
+    if od is None:
+        notes.append(f"{price.mode}: no on-demand price in the same region to compare with")
+        return
+    od_per_hour = od.hourly_equivalent * fx_rate(catalog.fx, od.currency, currency)
+    ratio = break_even_utilization(commit_per_hour, od_per_hour)
+    notes.append(
+        f"{price.mode}: break-even at {ratio:.0%} utilization of the term vs on-demand "
+        f"({od_per_hour:.4g} {currency}/h in {region})"
+        + ("; it never pays off" if ratio > 1 else "")
+    )
 
 
 def _capacity_block(
@@ -375,6 +404,7 @@ def job_cost(
         )  # fmt: skip
     elif mode in COMMITMENT_MODES:
         p = _commitment(price, nodes, run_s, startup_s, rate, options, notes)
+        _break_even_note(offering, price, region, per_hour, catalog, currency, notes)
     elif mode == "capacity-block":
         p = _capacity_block(nodes, run_s, startup_s, per_hour, notes)
         sources.append(CAPACITY_BLOCK_SOURCE)
