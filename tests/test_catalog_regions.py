@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,21 @@ def test_bill_table_prints_break_even(cli, tmp_path: Path) -> None:  # type: ign
     out = cli("bill", str(usage), "--catalog", str(over))
     assert out.exit_code == 0, out.output
     assert "break-even" in out.stdout and "monthly 60%" in out.stdout
+
+
+def test_offerings_table_lists_alibaba_per_region_in_cny(cli) -> None:  # type: ignore[no-untyped-def]
+    out = cli("catalog", "offerings", "--provider", "alibaba", "--gpu", "A10")
+    assert out.exit_code == 0, out.output
+    assert "CNY" in out.stdout and "USD" not in out.stdout.split("\n", 2)[2]
+    assert "cn-beijing" in out.stdout and "ap-southeast-1" in out.stdout
+    assert "1/12 vGPU 2GiB" in out.stdout
+
+
+def test_offerings_json_region_prices(cli) -> None:  # type: ignore[no-untyped-def]
+    rows = json.loads(
+        cli("catalog", "offerings", "--json", "--provider", "aws", "--gpu", "H100").stdout
+    )
+    p5 = next(r for r in rows if r["instance_type"] == "p5.48xlarge")
+    spot = {r["region"]: r for r in p5["region_prices"] if r["mode"] == "spot"}
+    assert {"us-east-1", "us-west-2"} <= set(spot)
+    assert p5["hourly"]["spot"] == min(r["hourly_converted"] for r in spot.values())
