@@ -87,24 +87,32 @@ def price_choices(
 ) -> list[PriceChoice]:
     """One price per billing mode: the cheapest allowed region's (the data's region on a tie)."""
     regions = _allowed_regions(off, spec)
+    allowed = set(regions)
     near = _data_region(off, spec)
     out: list[PriceChoice] = []
-    for mode in dict.fromkeys(p.mode for p in off.prices):
-        if modes and mode not in modes:
-            continue
-        ranked = []
-        for region in regions:
-            price = off.price(mode, region)
-            if price is not None:
-                amount = catalog.convert(price.hourly_equivalent, price.currency, currency)
-                ranked.append((round(amount, 9), region != near, region, price))
+    by_mode: dict[str, list[Price]] = {}
+    for p in off.prices:
+        if not modes or p.mode in modes:
+            by_mode.setdefault(p.mode, []).append(p)
+    for found in by_mode.values():
+        # a region takes the first price of the mode that names it (Offering.price's rule)
+        taken: set[str] = set()
+        ranked: list[tuple[float, bool, str, Price]] = []
+        counted = 0
+        for price in found:
+            where = [r for r in off.price_regions(price) if r in allowed and r not in taken]
+            if not where:
+                continue
+            taken.update(where)
+            counted += len(where)
+            amount = round(catalog.convert(price.hourly_equivalent, price.currency, currency), 9)
+            ranked.extend((amount, r != near, r, price) for r in where)
         if not ranked:
             continue
-        ranked.sort(key=lambda t: t[:3])
-        best = ranked[0]
-        same = tuple(r for _a, _n, r, p in ranked if p is best[3])
+        best = min(ranked, key=lambda t: t[:3])
+        same = tuple(r for _a, _n, r, p in sorted(ranked, key=lambda t: t[:3]) if p is best[3])
         out.append(
-            PriceChoice(price=best[3], region=best[2], same_price=same, priced_regions=len(ranked))
+            PriceChoice(price=best[3], region=best[2], same_price=same, priced_regions=counted)
         )
     return out
 
