@@ -118,6 +118,7 @@ def plan_json(result: Any) -> dict[str, Any]:
             {
                 "provider": o.provider,
                 "instance_type": o.instance_type,
+                "region": o.region,
                 "billing_mode": o.billing_mode,
                 "nodes": o.nodes,
                 "time_s": o.time_s,
