@@ -221,6 +221,16 @@ def test_offerings_table_lists_alibaba_per_region_in_cny(cli) -> None:  # type: 
     assert "CNY" in out.stdout and "USD" not in out.stdout.split("\n", 2)[2]
     assert "cn-beijing" in out.stdout and "ap-southeast-1" in out.stdout
     assert "1/12 vGPU 2GiB" in out.stdout
+    # each offering's region groups are listed cheapest first
+    lines = out.stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if "ecs.gn7i-c8g1.2xlarge" in ln)
+    prices = []
+    for ln in lines[start:]:
+        cells = [c.strip() for c in ln.split("│")]
+        if len(prices) and cells[2]:  # the next offering
+            break
+        prices.append(float(cells[9]))
+    assert len(prices) > 3 and prices == sorted(prices)
 
 
 def test_offerings_json_region_prices(cli) -> None:  # type: ignore[no-untyped-def]

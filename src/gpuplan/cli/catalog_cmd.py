@@ -131,10 +131,15 @@ def _region_groups(
             continue
         prices = {m: off.price(m, r) for m in dict.fromkeys(p.mode for p in off.prices)}
         key = tuple(id(p) for p in prices.values())
-        groups.setdefault(key, ([], {m: p for m, p in prices.items() if p is not None}))[0].append(
-            r
-        )
-    return list(groups.values())
+        known = {m: p for m, p in prices.items() if p is not None}
+        groups.setdefault(key, ([], known))[0].append(r)
+
+    def order(group: tuple[list[str], dict[str, Any]]) -> tuple[float, str]:
+        p = group[1].get("on-demand") or next(iter(group[1].values()), None)
+        usd = cat.convert(p.hourly_equivalent, p.currency, "USD") if p is not None else 0.0
+        return (usd, group[0][0])
+
+    return sorted(groups.values(), key=order)
 
 
 @catalog_app.command("offerings")
