@@ -132,6 +132,7 @@ def plan_json(result: Any) -> dict[str, Any]:
             {
                 "provider": o.provider,
                 "instance_type": o.instance_type,
+                "region": o.region,
                 "billing_mode": o.billing_mode,
                 "nodes": o.nodes,
                 "time_s": o.time_s,
@@ -185,7 +186,7 @@ def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
             o.gpu,
             str(o.gpus),
             f"{o.provider} {o.instance_type} x{o.nodes}",
-            o.region,
+            o.region_label(),
             o.billing_mode,
             o.configuration.strategy.label(),
             format_duration(o.time_s),
@@ -212,6 +213,12 @@ def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
     if any(not o.cost.complete for o in result.options):
         out.print(
             "* cost is a lower bound: some parts (storage, egress) have no catalog rate; see --json"
+        )
+    if any(len(o.price_regions) > 1 or o.priced_regions > 1 for o in result.options):
+        out.print(
+            "  region: the cheapest allowed region of each offering; +N = more regions at the "
+            "same price (--json: price_regions, other_regions_priced)",
+            highlight=False,
         )
     for a in result.assumptions:
         out.print(f"  assumption: {a}")

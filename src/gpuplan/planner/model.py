@@ -38,7 +38,9 @@ class Option:
     provider: str
     instance_type: str
     region: str
+    """The region whose price the option is costed at (the cheapest allowed one)."""
     regions: tuple[str, ...]
+    """Every region of the offering."""
     billing_mode: str
     nodes: int
     gpus: int
@@ -49,8 +51,19 @@ class Option:
     tokens: float | None
     price_as_of: str
     price_source: str
+    price_regions: tuple[str, ...] = ()
+    """Allowed regions charging the same price as ``region`` (``region`` first)."""
+    priced_regions: int = 1
+    """Allowed regions with a price in this billing mode (the one used included)."""
+    price_amount: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The price as published: ``amount``, ``unit`` (per_hour/per_month/per_year), ``currency``."""
     why: str = ""
     warnings: tuple[str, ...] = ()
+
+    def region_label(self) -> str:
+        """``cn-beijing``, or ``cn-beijing +5`` when five more regions charge the same."""
+        extra = len(self.price_regions) - 1
+        return self.region + (f" +{extra}" if extra > 0 else "")
 
     @property
     def cost_total(self) -> float:
@@ -98,6 +111,9 @@ class Option:
             "warnings": list(self.warnings),
             "price_as_of": self.price_as_of,
             "price_source": self.price_source,
+            "price_regions": list(self.price_regions or (self.region,)),
+            "other_regions_priced": self.priced_regions - len(self.price_regions or (self.region,)),
+            "price": self.price_amount,
             "topology": {
                 "gpus_per_node": conf.topology.gpus_per_node,
                 "intra_node": conf.topology.intra_node,

@@ -286,6 +286,7 @@ def _cost_details(plan: Plan) -> str:
         ("spot_overhead", "spot interruptions"),
         ("rounding", "billing rounding / minimum"),
         ("commitment_unused", "unused commitment"),
+        ("on_demand_remainder", "on-demand after the last whole term"),
         ("storage", "storage"),
         ("egress", "data transfer"),
     )
