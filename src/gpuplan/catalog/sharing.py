@@ -110,14 +110,16 @@ def interference(mode: str) -> Interference:
 def cuda_capacity_bytes(gpu: GpuSpec) -> int:
     """Memory CUDA reports as the device total, as engines see it.
 
-    HBM datasheets' "GB" are GiB; GDDR datasheets' are decimal GB; the driver
-    keeps ~1% (``cuda_capacity_factor``).
+    HBM and GeForce GDDR6X datasheets' "GB" are GiB (H100: 81,559 MiB; RTX 3090:
+    24,576 MiB); data-center GDDR6 datasheets' are decimal GB (A10: 23,028 MiB;
+    L40S: 46,068 MiB); the driver keeps ~1% (``cuda_capacity_factor``).
 
     >>> from gpuplan.catalog.loader import load_catalog
     >>> round(cuda_capacity_bytes(load_catalog(use_user=False).gpu("H100-SXM")) / 2**30, 2)
     79.19
     """
     nominal = gpu.memory_bytes
-    if gpu.memory_type.upper().startswith("HBM"):
+    kind = gpu.memory_type.upper()
+    if kind.startswith("HBM") or kind.startswith("GDDR6X"):
         nominal = int(gpu.memory_bytes / 1e9 * 2**30)
     return int(nominal * sharing_data().cuda_capacity_factor)

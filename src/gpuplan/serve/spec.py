@@ -152,7 +152,22 @@ class ServiceSpec(_Spec):
     )
     steps: int | None = Field(default=None, ge=1, le=1000, description="Denoising steps.")
     batch: int | None = Field(
-        default=None, ge=1, le=4096, description="Largest batch the server forms (non-LLMs)."
+        default=None,
+        ge=1,
+        le=4096,
+        description="Largest batch the server forms (LLMs: max_num_seqs; default the engine's).",
+    )
+    engine_version: str | None = Field(
+        default=None,
+        pattern=r"^\d+(\.\d+){0,2}",
+        description="Engine release when it matters, e.g. 0.6.3: vLLM before 0.8 profiles "
+        "max_model_len tokens (no chunked prefill), before 0.21 it leaves CUDA graphs out of "
+        "the KV budget. Default: current behaviour.",
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None,
+        ge=16,
+        description="LLMs: tokens per engine step (prefill chunk); default the engine's.",
     )
     load: LoadSpec = Field(description="{offline: true}, {qps: X} or {concurrency: N}.")
     slo: SloSpec = Field(default_factory=SloSpec, description="p99 latency targets.")
