@@ -40,6 +40,7 @@ class Fitted:
     decode_bandwidth_efficiency: float
     decode_compute_efficiency: float
     step_overhead_s: float
+    tp_overhead_per_gpu: float
     nonllm_compute_efficiency: float
     diffusion_compute_efficiency: float
     activation_factor: float

@@ -5,9 +5,11 @@ LLM engine iteration (continuous batching, ``B`` requests decoding together):
 - decode step: ``max(bytes / (BW x e_bw), flops / (peak x e_dc)) + overhead`` with
   ``bytes = weights + B x context x kv_bytes_per_token`` (memory-bandwidth-bound at
   small B) and ``flops = 2 x active_params x B + 4 x layers x B x context x q_width``;
-  tensor parallelism adds two all-reduces of ``B x hidden`` per layer.
+  tensor parallelism adds two all-reduces of ``B x hidden`` per layer and a fitted
+  slowdown ``1 + k x (tp - 1)`` (synchronisation and smaller GEMMs per GPU).
 - prefill of one request: ``(2 x active_params x n + 2 x layers x n^2 x q_width) /
-  (peak x e_prefill)`` (compute-bound; the causal mask halves the score FLOPs).
+  (peak x e_prefill)`` (compute-bound; the causal mask halves the score FLOPs), at
+  least one read of the weights, plus one step's overhead.
 - per output token of the batch: ``tau(B) = decode(B) + (B / output_tokens) x
   prefill`` (each step, B / output_tokens requests finish and are replaced, and
   their prefill is chunked into the steps). Output tokens/s = ``B / tau(B)``.
@@ -49,6 +51,12 @@ class LlmRoofline:
     kv_bytes_per_token: float
     compute_dtype: str
     fit: Fitted
+    active_params: float = dataclasses.field(default=0.0)
+
+    def __post_init__(self) -> None:
+        if not self.active_params:
+            total = count_parameters(self.cfg).active_per_token
+            object.__setattr__(self, "active_params", float(total))
 
     @property
     def _peak(self) -> float:
@@ -60,11 +68,16 @@ class LlmRoofline:
 
     @property
     def _active_params(self) -> float:
-        return count_parameters(self.cfg).active_per_token / self.device.count
+        return self.active_params / self.device.count
 
     @property
     def _q_width(self) -> float:
         return self.cfg.num_attention_heads * self.cfg.head_dim / self.device.count
+
+    @property
+    def _tp_factor(self) -> float:
+        """Fitted slowdown of tensor parallelism beyond its all-reduces (per extra GPU)."""
+        return 1.0 + self.fit.tp_overhead_per_gpu * (self.device.count - 1)
 
     def _allreduce_s(self, tokens: float) -> float:
         tp = self.device.count
@@ -88,7 +101,15 @@ class LlmRoofline:
             nbytes / (self._bw * fit.decode_bandwidth_efficiency),
             flops / (self._peak * fit.decode_compute_efficiency),
         )
-        return t + fit.step_overhead_s + self._allreduce_s(batch)
+        return (t + self._allreduce_s(batch)) * self._tp_factor + fit.step_overhead_s
+
+    def prefill_compute_s(self, tokens: float) -> float:
+        """The prefill's GEMM and attention time alone (what chunking adds to decode steps)."""
+        flops = (
+            2 * self._active_params * tokens
+            + 2 * self.cfg.num_layers * tokens * tokens * self._q_width
+        )
+        return flops / (self._peak * self.fit.prefill_efficiency) * self._tp_factor
 
     def prefill_s(self, tokens: float) -> float:
         """Prefill of one request of ``tokens`` tokens (compute-bound)."""
@@ -98,13 +119,21 @@ class LlmRoofline:
         )
         compute = flops / (self._peak * self.fit.prefill_efficiency)
         weights = self.weights_bytes / (self._bw * self.fit.decode_bandwidth_efficiency)
-        return max(compute, weights) + self._allreduce_s(tokens)
+        return (max(compute, weights) + self._allreduce_s(tokens)) * self._tp_factor + (
+            self.fit.step_overhead_s
+        )
 
-    def per_token_s(self, batch: float, input_tokens: int, output_tokens: int) -> float:
-        """tau(B): wall time per decode iteration including the chunked-in prefills."""
+    def per_token_s(
+        self, batch: float, input_tokens: int, output_tokens: int, prefill: float | None = None
+    ) -> float:
+        """tau(B): wall time per decode iteration including the chunked-in prefills.
+
+        ``prefill``: the prefill time of one request's prompt, when already known.
+        """
         context = input_tokens + output_tokens / 2
-        flops_prefill = self.prefill_s(input_tokens) - self._allreduce_s(input_tokens)
-        share = batch / output_tokens * flops_prefill
+        if prefill is None:
+            prefill = self.prefill_compute_s(input_tokens)
+        share = batch / output_tokens * prefill
         return self.decode_step_s(batch, context) + share
 
 
@@ -138,11 +167,13 @@ def llm_in_flight(
     roof: LlmRoofline, qps: float, input_tokens: int, output_tokens: int, max_batch: int
 ) -> float:
     """Requests in flight at ``qps`` by Little's law (fixed point), capped at ``max_batch``."""
-    n = qps * (roof.prefill_s(input_tokens) + output_tokens * roof.decode_step_s(1, input_tokens))
-    for _ in range(30):
+    prefill = roof.prefill_s(input_tokens)
+    chunk = roof.prefill_compute_s(input_tokens)
+    n = qps * (prefill + output_tokens * roof.decode_step_s(1, input_tokens))
+    for _ in range(20):
         b = min(max(n, 1.0), float(max_batch))
-        tpot = roof.per_token_s(b, input_tokens, output_tokens)
-        new = qps * (roof.prefill_s(input_tokens) + tpot + output_tokens * tpot)
+        tpot = roof.per_token_s(b, input_tokens, output_tokens, chunk)
+        new = qps * (prefill + tpot + output_tokens * tpot)
         if abs(new - n) < 1e-3 * max(1.0, n):
             n = new
             break
