@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gpuplan.cli.common import CatalogOpt, JsonOpt, print_json
+from gpuplan.cli.common import CatalogOpt, JsonOpt, console, print_json
 
 serve_app = typer.Typer(
     help="Inference services: fit, speed and cost on whole GPUs, MIG slices, vGPU instances "
@@ -109,3 +109,85 @@ def estimate(
     lines.append("  assumptions:")
     lines.extend(f"    - {a}" for a in est.assumptions)
     typer.echo("\n".join(lines))
+
+
+@serve_app.command("plan")
+def plan(
+    path: Annotated[Path, typer.Argument(help="Services YAML file.", dir_okay=False)],
+    objective: Annotated[
+        str,
+        typer.Option(
+            "--objective",
+            help="cost: least monthly cost (packs services onto shared GPUs); "
+            "latency: lowest p99 latency per service (no sharing).",
+        ),
+    ] = "cost",
+    currency: Annotated[
+        str | None, typer.Option("--currency", help="Currency of costs (default: the file's).")
+    ] = None,
+    catalog: CatalogOpt = None,
+    json_out: JsonOpt = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write a self-contained HTML report here.")
+    ] = None,
+    export: Annotated[
+        str | None,
+        typer.Option(
+            "--export",
+            help="k8s: print Kubernetes manifests (NVIDIA device plugin resources and its "
+            "sharing ConfigMap); k8s-hami: HAMi's nvidia.com/gpumem and gpucores for shares.",
+        ),
+    ] = None,
+) -> None:
+    """Place every service on a whole GPU, MIG slice, vGPU instance or shared GPU at least cost."""
+    from gpuplan.catalog.loader import load_catalog
+    from gpuplan.errors import SpecError
+    from gpuplan.planner.serve_plan import plan_services
+    from gpuplan.report.serve_report import gpu_rows, render_html, service_rows, summary_line
+    from gpuplan.serve.spec import load_serve_spec
+
+    if objective not in ("cost", "latency"):
+        raise SpecError(f"--objective: expected cost or latency, got {objective!r}")
+    if export not in (None, "k8s", "k8s-hami"):
+        raise SpecError(f"--export: expected k8s or k8s-hami, got {export!r}")
+    spec = load_serve_spec(path)
+    result = plan_services(spec, load_catalog(catalog), objective=objective, currency=currency)  # type: ignore[arg-type]
+    if html is not None:
+        html.write_text(render_html(result), encoding="utf-8")
+    if export:
+        from gpuplan.planner.serve_k8s import manifests, to_yaml
+
+        typer.echo(to_yaml(manifests(result, spec, hami=export == "k8s-hami")), nl=False)
+        return
+    if json_out:
+        print_json(result.as_dict())
+        return
+    from rich.table import Table
+
+    out = console()
+    out.print(summary_line(result))
+    t = Table(title="services")
+    for col in (
+        "service",
+        "placement",
+        "replicas",
+        "latency",
+        f"{result.currency}/month",
+        "per million",
+        "why",
+    ):
+        t.add_column(col)
+    for row in service_rows(result):
+        t.add_row(*row)
+    out.print(t)
+    if result.shared_gpus:
+        g = Table(title="shared GPUs")
+        for col in ("GPU", "services", "compute", "memory", f"{result.currency}/month"):
+            g.add_column(col)
+        for row in gpu_rows(result):
+            g.add_row(*row)
+        out.print(g)
+    out.print(
+        f"{result.candidates_considered} placements considered, {len(result.rejected)} rejected "
+        "(--json lists them with reasons); " + result.method
+    )
