@@ -118,8 +118,13 @@ def cuda_capacity_bytes(gpu: GpuSpec) -> int:
     >>> round(cuda_capacity_bytes(load_catalog(use_user=False).gpu("H100-SXM")) / 2**30, 2)
     79.19
     """
-    nominal = gpu.memory_bytes
-    kind = gpu.memory_type.upper()
+    return _capacity(gpu.memory_bytes, gpu.memory_type)
+
+
+@functools.lru_cache(maxsize=256)
+def _capacity(memory_bytes: int, memory_type: str) -> int:
+    nominal = memory_bytes
+    kind = memory_type.upper()
     if kind.startswith("HBM") or kind.startswith("GDDR6X"):
-        nominal = int(gpu.memory_bytes / 1e9 * 2**30)
+        nominal = int(memory_bytes / 1e9 * 2**30)
     return int(nominal * sharing_data().cuda_capacity_factor)

@@ -117,7 +117,7 @@ def _max_qps(capacity: float, meets: Any) -> float:
     lo, hi = capacity * 1e-3, capacity * 0.999
     if meets(hi):
         return hi
-    while hi - lo > 2e-3 * hi:
+    while hi - lo > 1e-2 * hi:
         mid = 0.5 * (lo + hi)
         if meets(mid):
             lo = mid

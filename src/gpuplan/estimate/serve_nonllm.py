@@ -62,10 +62,7 @@ def encoder_workload(cfg: ModelConfig, *, seq_len: int, weights: str) -> Workloa
 
 def vision_workload(cfg: ModelConfig, *, image_size: int, weights: str) -> Workload:
     """A CNN or ViT classifying one image of ``image_size`` pixels."""
-    stats = layer_stats(cfg, image_size=image_size)
-    macs = sum(s.forward_macs_per_image for s in stats)
-    largest = sorted((s.output_elements_per_image for s in stats), reverse=True)[:3]
-    params = sum(s.params for s in stats)
+    macs, largest, params = _vision_stats(cfg, image_size)
     return Workload(
         kind="vision",
         flops_per_request=2.0 * macs,
@@ -75,6 +72,24 @@ def vision_workload(cfg: ModelConfig, *, image_size: int, weights: str) -> Workl
         tokens_per_request=0,
         description=f"{cfg.id}, {image_size} px images",
     )
+
+
+_VISION_CACHE: dict[tuple[object, ...], tuple[int, list[int], int]] = {}
+
+
+def _vision_stats(cfg: ModelConfig, image_size: int) -> tuple[int, list[int], int]:
+    """(MACs, three largest outputs, params) per image, computed once per model and size."""
+    key = (cfg.id, cfg.family, cfg.hidden_size, cfg.num_layers, len(cfg.cnn_layers), image_size)
+    found = _VISION_CACHE.get(key)
+    if found is None:
+        stats = layer_stats(cfg, image_size=image_size)
+        found = (
+            sum(s.forward_macs_per_image for s in stats),
+            sorted((s.output_elements_per_image for s in stats), reverse=True)[:3],
+            sum(s.params for s in stats),
+        )
+        _VISION_CACHE[key] = found
+    return found
 
 
 def diffusion_workload(

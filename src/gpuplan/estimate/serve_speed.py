@@ -52,32 +52,27 @@ class LlmRoofline:
     compute_dtype: str
     fit: Fitted
     active_params: float = dataclasses.field(default=0.0)
+    _peak: float = dataclasses.field(default=0.0, init=False)
+    _bw: float = dataclasses.field(default=0.0, init=False)
+    _active_params: float = dataclasses.field(default=0.0, init=False)
+    _q_width: float = dataclasses.field(default=0.0, init=False)
+    _tp_factor: float = dataclasses.field(default=1.0, init=False)
+    """Fitted slowdown of tensor parallelism beyond its all-reduces (per extra GPU)."""
 
     def __post_init__(self) -> None:
         if not self.active_params:
             total = count_parameters(self.cfg).active_per_token
             object.__setattr__(self, "active_params", float(total))
-
-    @property
-    def _peak(self) -> float:
-        return peak_flops(self.device.gpu, self.compute_dtype) * self.device.compute_fraction
-
-    @property
-    def _bw(self) -> float:
-        return self.device.gpu.memory_bandwidth_gb_per_s * 1e9 * self.device.bandwidth_fraction
-
-    @property
-    def _active_params(self) -> float:
-        return self.active_params / self.device.count
-
-    @property
-    def _q_width(self) -> float:
-        return self.cfg.num_attention_heads * self.cfg.head_dim / self.device.count
-
-    @property
-    def _tp_factor(self) -> float:
-        """Fitted slowdown of tensor parallelism beyond its all-reduces (per extra GPU)."""
-        return 1.0 + self.fit.tp_overhead_per_gpu * (self.device.count - 1)
+        dev = self.device
+        derived = {
+            "_peak": peak_flops(dev.gpu, self.compute_dtype) * dev.compute_fraction,
+            "_bw": dev.gpu.memory_bandwidth_gb_per_s * 1e9 * dev.bandwidth_fraction,
+            "_active_params": self.active_params / dev.count,
+            "_q_width": self.cfg.num_attention_heads * self.cfg.head_dim / dev.count,
+            "_tp_factor": 1.0 + self.fit.tp_overhead_per_gpu * (dev.count - 1),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     def _allreduce_s(self, tokens: float) -> float:
         tp = self.device.count
@@ -170,11 +165,11 @@ def llm_in_flight(
     prefill = roof.prefill_s(input_tokens)
     chunk = roof.prefill_compute_s(input_tokens)
     n = qps * (prefill + output_tokens * roof.decode_step_s(1, input_tokens))
-    for _ in range(20):
+    for _ in range(12):
         b = min(max(n, 1.0), float(max_batch))
         tpot = roof.per_token_s(b, input_tokens, output_tokens, chunk)
         new = qps * (prefill + tpot + output_tokens * tpot)
-        if abs(new - n) < 1e-3 * max(1.0, n):
+        if abs(new - n) < 5e-3 * max(1.0, n):
             n = new
             break
         n = 0.5 * (n + new)

@@ -181,9 +181,13 @@ def dedicated_candidates(
             gpu = gpus.get(off.gpu)
             if gpu is None:
                 continue
+            single_fits = False
             for device, per_instance in _devices(off, gpu, c):
+                if device.count > 1 and single_fits:
+                    break  # n replicas of one GPU beat tensor parallelism over n for cost
                 est = cache.get(svc, device)
                 n = replicas_needed(svc, est)
+                single_fits = device.count == 1 and n is not None
                 where = f"{off.provider}:{off.instance_type} ({device.label})"
                 if n is None:
                     reason = est.reason or "cannot meet the latency targets at any load"

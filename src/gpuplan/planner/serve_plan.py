@@ -33,7 +33,7 @@ from gpuplan.planner.serve_candidates import (
     demand,
     region_of,
 )
-from gpuplan.planner.serve_pack import MILP_MAX_VARIABLES, Packing, pack
+from gpuplan.planner.serve_pack import MILP_MAX_SETS, Packing, pack, prune_dominated
 from gpuplan.serve.spec import ServeSpec, ServiceSpec
 
 Objective = Literal["cost", "latency"]
@@ -160,6 +160,7 @@ def plan_services(
                 )
             else:
                 demands[(svc.name, t)] = d
+    types, demands = prune_dominated(types, demands)
     shareable = {s for s, _ in demands}
     for name in names:
         if not cands[name] and name not in shareable:
@@ -200,7 +201,7 @@ def plan_services(
         "offline and closed-loop (concurrency) services run on dedicated devices",
         f"packing: {packing.method}"
         + ("" if packing.optimal else " (not proven optimal)")
-        + f"; exact up to {MILP_MAX_VARIABLES:,} binary variables, first-fit beyond",
+        + f"; exact while at most {MILP_MAX_SETS:,} service sets fit one GPU, first-fit beyond",
         "estimates: see `gpuplan serve estimate` for each placement's assumptions",
     )
     return ServePlan(
