@@ -113,6 +113,21 @@ def test_monthly_price_converts_currency() -> None:
     assert cny.per_month > usd.per_month
 
 
+def _deserialize(api: object, doc: dict[str, object], model: str) -> object:
+    """The client's own deserializer (its signature changed in kubernetes 37)."""
+    import inspect
+
+    fn = api.deserialize  # type: ignore[attr-defined]
+    text = json.dumps(doc)
+    if "content_type" in inspect.signature(fn).parameters:
+        return fn(text, model, "application/json")
+
+    class _Response:
+        data = text
+
+    return fn(_Response(), model)
+
+
 def test_k8s_manifests_validate_against_the_kubernetes_models(seed_plan) -> None:  # type: ignore[no-untyped-def]
     kubernetes = pytest.importorskip("kubernetes")
     api = kubernetes.client.ApiClient()
@@ -123,7 +138,7 @@ def test_k8s_manifests_validate_against_the_kubernetes_models(seed_plan) -> None
         assert kinds.count("Deployment") == len(SEED.services)
         for doc in docs:
             model = "V1Deployment" if doc["kind"] == "Deployment" else "V1ConfigMap"
-            obj = api.deserialize(json.dumps(doc), model, "application/json")
+            obj = _deserialize(api, doc, model)
             assert obj.metadata.name
             # every key is a field of the model: nothing is dropped on the round trip
             assert api.sanitize_for_serialization(obj) == doc
