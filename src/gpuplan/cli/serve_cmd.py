@@ -143,7 +143,13 @@ def plan(
     from gpuplan.catalog.loader import load_catalog
     from gpuplan.errors import SpecError
     from gpuplan.planner.serve_plan import plan_services
-    from gpuplan.report.serve_report import gpu_rows, render_html, service_rows, summary_line
+    from gpuplan.report.serve_report import (
+        gpu_rows,
+        rejection_counts,
+        render_html,
+        service_rows,
+        summary_line,
+    )
     from gpuplan.serve.spec import load_serve_spec
 
     if objective not in ("cost", "latency"):
@@ -187,7 +193,8 @@ def plan(
         for row in gpu_rows(result):
             g.add_row(*row)
         out.print(g)
+    reasons = "; ".join(f"{n} x {reason}" for reason, n in rejection_counts(result)[:4])
     out.print(
-        f"{result.candidates_considered} placements considered, {len(result.rejected)} rejected "
-        "(--json lists them with reasons); " + result.method
+        f"{result.candidates_considered} placements considered; rejected: {reasons or 'none'} "
+        f"(--json lists all {len(result.rejected)}); {result.method}"
     )

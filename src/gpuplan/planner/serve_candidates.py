@@ -172,11 +172,15 @@ def dedicated_candidates(
     for svc in spec.services:
         c = spec.constraints_of(svc)
         for off in cat.offerings:
+            where = f"{off.provider}:{off.instance_type}"
             why = allowed(off, c)
             if why:
+                on_reject(Rejected(service=svc.name, placement=where, reason=why))
                 continue
             price = monthly_price(cat, off, currency, c.billing)
             if price is None:
+                reason = "no price in the catalog for the serving billing modes"
+                on_reject(Rejected(service=svc.name, placement=where, reason=reason))
                 continue
             gpu = gpus.get(off.gpu)
             if gpu is None:

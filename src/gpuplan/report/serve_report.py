@@ -71,6 +71,17 @@ def gpu_rows(plan: ServePlan) -> list[list[str]]:
     return rows
 
 
+def rejection_counts(plan: ServePlan) -> list[tuple[str, int]]:
+    """Rejected placements grouped by reason (regions and providers folded), most first."""
+    counts: dict[str, int] = {}
+    for r in plan.rejected:
+        reason = r.reason
+        if reason.startswith(("no region matching", "provider ")):
+            reason = "outside the constraints (region / provider)"
+        counts[reason] = counts.get(reason, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def summary_line(plan: ServePlan) -> str:
     """The one-line answer: total cost, against a dedicated device per service."""
     shared = sum(len(g.services) for g in plan.shared_gpus)
@@ -96,7 +107,10 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 def render_html(plan: ServePlan, *, title: str = "gpuplan serve plan") -> str:
     """The whole plan as one HTML document."""
-    rejected = [[r.service, r.placement, r.reason] for r in plan.rejected[:REJECTED_SHOWN]]
+    near = [
+        r for r in plan.rejected if not r.reason.startswith(("no region", "provider ", "no price"))
+    ]
+    rejected = [[r.service, r.placement, r.reason] for r in near[:REJECTED_SHOWN]]
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>",
@@ -124,7 +138,9 @@ def render_html(plan: ServePlan, *, title: str = "gpuplan serve plan") -> str:
             ),
         ]
     parts += [
-        f"<h2>Rejected placements ({len(plan.rejected)}; first {REJECTED_SHOWN})</h2>",
+        f"<h2>Rejected placements ({len(plan.rejected)})</h2>",
+        _table(["reason", "placements"], [[k, str(v)] for k, v in rejection_counts(plan)]),
+        f"<p>Placements that fit the constraints and have a price but failed (first {REJECTED_SHOWN}):</p>",
         _table(["service", "placement", "reason"], rejected),
         "<h2>Assumptions</h2><ul>",
         "".join(f"<li>{esc(a)}</li>" for a in plan.assumptions),
