@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gpuplan.catalog.loader import load_catalog
@@ -197,3 +199,33 @@ def test_cli_plan_json_html_export(tmp_path: Path) -> None:
 
 def test_html_is_deterministic(seed_plan) -> None:  # type: ignore[no-untyped-def]
     assert render_html(seed_plan) == render_html(seed_plan)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.05, 1.0), st.floats(1.0, 100.0), st.floats(10.0, 500.0)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_packing_partitions_services_and_never_costs_more(
+    items: list[tuple[float, float, float]],
+) -> None:
+    names = [f"s{i}" for i in range(len(items))]
+    types = [_bt(150.0, (1.0, 100.0)), _bt(90.0, (1.0, 60.0))]
+    demands = {
+        (n, t): _d(n, share, mem)
+        for n, (share, mem, _) in zip(names, items, strict=True)
+        for t in range(2)
+        if mem <= types[t].capacity[1]
+    }
+    cost = {n: c for n, (_, _, c) in zip(names, items, strict=True)}
+    res = pack(names, cost, types, demands)
+    placed = list(res.dedicated) + [s for b in res.bins for s in b.services]
+    assert sorted(placed) == sorted(names)
+    assert res.cost_per_month <= sum(cost.values()) + 1e-6
+    for b in res.bins:
+        assert all(u <= c + 1e-9 for u, c in zip(b.used, b.type.capacity, strict=True))
+    greedy = _first_fit(names, cost, types, demands, "first-fit")
+    assert res.cost_per_month <= greedy.cost_per_month + 1e-6

@@ -244,14 +244,12 @@ def prune_dominated(
             if types[k].price.per_month > types[t].price.per_month or not mine <= services_of[k]:
                 continue
             if all(
-                max(_fractions(demands[(s, k)], types[k]))
-                <= min(_fractions(demands[(s, t)], types[t])) + 1e-12
-                or all(
+                all(
                     a <= b + 1e-12
                     for a, b in zip(
                         _fractions(demands[(s, k)], types[k]),
                         _fractions(demands[(s, t)], types[t]),
-                        strict=False,
+                        strict=True,
                     )
                 )
                 for s in mine

@@ -103,29 +103,23 @@ class ServePlan:
 
 
 def _latency_key(c: Candidate) -> tuple[float, float]:
+    """End-to-end p99 latency (LLMs: TTFT + output x TPOT), then cost."""
     lat = c.estimate.latency
-    value = lat.get("ttft_p99_s") or lat.get("latency_p99_s") or 0.0
-    if lat.get("tpot_p99_s"):
-        value = lat.get("latency_p99_s") or value
+    value = lat.get("latency_p99_s") or lat.get("ttft_p99_s") or 0.0
     return (float(value), c.cost_per_month)
 
 
-def _per_million(svc: ServiceSpec, cost: float, capacity_rps: float) -> tuple[float | None, str]:
+def _per_million(
+    svc: ServiceSpec, kind: str, cost: float, capacity_rps: float
+) -> tuple[float | None, str]:
+    """Monthly cost per million tokens (LLMs) or requests (others) at the service's load."""
     rps = svc.load.qps or capacity_rps
     if not rps:
-        return None, "requests"
-    if svc.model.lower().startswith(("sd-", "sdxl")) or svc.seq_len or svc.image_size:
-        return cost / (rps * SECONDS_PER_MONTH) * 1e6, "requests"
-    from gpuplan.models.diffusion import is_diffusion
-
-    if is_diffusion(svc.model):
+        return None, "requests" if kind != "llm" else "tokens"
+    if kind != "llm":
         return cost / (rps * SECONDS_PER_MONTH) * 1e6, "requests"
     tokens = rps * (svc.input_tokens + svc.output_tokens) * SECONDS_PER_MONTH
     return cost / tokens * 1e6, "tokens"
-
-
-def _is_llm(c: Candidate) -> bool:
-    return c.estimate.kind == "llm"
 
 
 def plan_services(
@@ -237,7 +231,7 @@ def _assemble(
         for s, d in zip(b.services, ds, strict=True):
             svc = by_name[s]
             cost = b.type.price.per_month * (d.share / total_share)
-            per_m, unit = _per_million(svc, cost, d.estimate.capacity_rps)
+            per_m, unit = _per_million(svc, d.estimate.kind, cost, d.estimate.capacity_rps)
             others = tuple(x for x in b.services if x != s)
             dedicated = best.get(s)
             why = (
@@ -293,7 +287,9 @@ def _assemble(
     for s in packing.dedicated:
         c = best[s]
         svc = by_name[s]
-        per_m, unit = _per_million(svc, c.cost_per_month, c.estimate.capacity_rps * c.replicas)
+        per_m, unit = _per_million(
+            svc, c.estimate.kind, c.cost_per_month, c.estimate.capacity_rps * c.replicas
+        )
         n_options = len(cands[s])
         out[s] = ServicePlan(
             service=s,
