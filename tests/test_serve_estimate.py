@@ -180,3 +180,17 @@ def test_validation_table_runs_and_meets_targets() -> None:
     assert s["throughput"]["median_abs_error"] <= 0.15
     assert s["latency"]["median_abs_error"] <= 0.25
     assert report["excluded"]  # honest denominator: excluded rows keep their reasons
+
+
+def test_engine_kv_budgets_differ_as_documented() -> None:
+    d = resolve_device(CAT, "H100-SXM")
+    kv = {
+        e: estimate_service(svc(engine=e), d).memory["kv_cache_bytes"]
+        for e in ("vllm", "sglang", "tensorrt-llm", "hf")
+    }
+    # SGLang's static fraction leaves activations outside it; transformers grows into all memory
+    assert kv["sglang"] > kv["vllm"]
+    assert kv["hf"] > kv["vllm"]
+    assert kv["tensorrt-llm"] < kv["hf"]
+    old = estimate_service(svc(engine_version="0.10.2"), d).memory["kv_cache_bytes"]
+    assert old > kv["vllm"]  # CUDA graphs outside the KV budget before vLLM 0.21
