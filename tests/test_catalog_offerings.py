@@ -27,32 +27,11 @@ MANUAL = REPO / "scripts" / "offerings_manual.yaml"
 SHARED_REF = REPO.parent / "shared" / "reference"
 TODAY_BOUND = "2026-11-29"
 
-REQUIRED_GPU_IDS = frozenset(
-    {
-        "T4",
-        "A10",
-        "A10G",
-        "L4",
-        "L40S",
-        "V100-16GB",
-        "V100-32GB",
-        "A100-40GB",
-        "A100-80GB",
-        "A100-80GB-PCIE",
-        "H100-SXM",
-        "H100-PCIE",
-        "H100-NVL",
-        "H200",
-        "H20",
-        "B200",
-        "GB200",
-        "MI300X",
-        "MI325X",
-        "RTX-4090",
-        "RTX-3090",
-        "RTX-A6000",
-    }
-)
+REQUIRED_GPU_IDS = frozenset({
+    "T4", "A10", "A10G", "L4", "L40S", "V100-16GB", "V100-32GB", "A100-40GB", "A100-80GB",
+    "A100-80GB-PCIE", "H100-SXM", "H100-PCIE", "H100-NVL", "H200", "H20", "B200", "GB200",
+    "MI300X", "MI325X", "RTX-4090", "RTX-3090", "RTX-A6000",
+})
 REQUIRED_PROVIDERS = {"aws", "gcp", "azure", "alibaba", "tencent", "lambda", "runpod"}
 
 
@@ -101,19 +80,8 @@ def test_coverage() -> None:
 def test_breadth_for_planning() -> None:
     offerings = _offerings()
     gpus = {o.gpu for o in offerings}
-    for gpu in (
-        "T4",
-        "A10",
-        "A10G",
-        "L4",
-        "L40S",
-        "V100-16GB",
-        "A100-40GB",
-        "A100-80GB",
-        "H100-SXM",
-        "H200",
-        "B200",
-    ):
+    for gpu in ("T4", "A10", "A10G", "L4", "L40S", "V100-16GB", "A100-40GB", "A100-80GB",
+                "H100-SXM", "H200", "B200"):
         assert gpu in gpus, gpu
     assert any(o.gpu_count == 8 and o.intra_node == "nvswitch" for o in offerings)
     assert any(o.gpu_count < 1 and o.gpu_memory_bytes for o in offerings)
@@ -187,9 +155,7 @@ def test_producer_regenerates_identical_files(tmp_path: Path) -> None:
         pytest.skip("../shared/reference is not present beside the repository")
     result = subprocess.run(
         [sys.executable, str(SCRIPT), str(SHARED_REF), "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
+        capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
     fresh = {p.name: p.read_bytes() for p in sorted(tmp_path.glob("*.yaml"))}

@@ -130,7 +130,9 @@ def training(
     """Predicted vs measured throughput / time-to-train, with median and worst error."""
     from gpuplan.validation import predict_training
 
-    _run("training", predict_training, table, json_out, max_median, 1.0, "", max_under, max_over_50)
+    _run(
+        "training", predict_training, table, json_out, max_median, 1.0, "", max_under, max_over_50
+    )
 
 
 @validate_app.command("inference")

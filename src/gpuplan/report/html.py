@@ -308,7 +308,6 @@ def _cost_details(plan: Plan) -> str:
 
 # --- rejections ------------------------------------------------------------------------
 
-
 def _closeness(
     r: Rejection, deadline: float | None, budget: float | None
 ) -> tuple[float, str, str, int, str]:
