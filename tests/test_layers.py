@@ -23,11 +23,12 @@ LAYERS: dict[str, int] = {
     "estimate": 2,
     "cost": 2,
     "trace": 2,
-    "serve": 2,
+    "serve": 1,
     "report": 3,
     "planner": 3,
     "validation": 3,
     "holdout": 3,
+    "validation_inference": 3,
     "cli": 4,
     "web": 4,
 }

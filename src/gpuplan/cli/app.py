@@ -19,6 +19,7 @@ from gpuplan.cli import (
     fit_cmd,
     models_cmd,
     plan_cmd,
+    serve_cmd,
     spec_cmd,
     validate_cmd,
     watch_cmd,
@@ -83,6 +84,7 @@ for _module in (
     bill_cmd,
     validate_cmd,
     watch_cmd,
+    serve_cmd,
 ):
     _module.register(app)
 

@@ -285,3 +285,77 @@ def training(
         max_over_50,
         (max_loso_median, max_loso_under, max_loso_over_50, min_coverage),
     )
+
+
+@validate_app.command("inference")
+def inference(
+    table: TableOpt = None,
+    json_out: JsonOpt = False,
+    no_loso: Annotated[
+        bool, typer.Option("--no-loso", help="Skip the leave-one-source-out refits (faster).")
+    ] = False,
+    max_memory: Annotated[
+        float | None,
+        typer.Option(
+            "--max-memory", min=0.0, help="Exit 1 if the memory LOSO median exceeds this."
+        ),
+    ] = None,
+    max_throughput: Annotated[
+        float | None,
+        typer.Option(
+            "--max-throughput", min=0.0, help="Exit 1 if the throughput LOSO median exceeds this."
+        ),
+    ] = None,
+    max_latency: Annotated[
+        float | None,
+        typer.Option(
+            "--max-latency", min=0.0, help="Exit 1 if the latency LOSO median exceeds this."
+        ),
+    ] = None,
+) -> None:
+    """Serving estimates vs published measurements: per-row, median, worst, LOSO, bounds coverage."""
+    from gpuplan.validation_inference import run
+
+    report = run(table, loso=not no_loso)
+    summary = report["summary"]
+    if json_out:
+        print_json(report)
+    else:
+        from rich.table import Table
+
+        t = Table(title=f"inference validation: {report['table']}")
+        for col in ("id", "metric", "predicted", "measured", "error", "LOSO error", "in bounds"):
+            t.add_column(col)
+        for r in report["rows"]:
+            t.add_row(
+                r.id,
+                r.metric,
+                f"{r.predicted:.4g}",
+                f"{r.measured:.4g}",
+                f"{r.error:+.1%}",
+                f"{r.loso_error:+.1%}",
+                "-" if r.in_bounds is None else ("yes" if r.in_bounds else "no"),
+            )
+        out = console()
+        out.print(t)
+        for group, s in summary.items():
+            cov = s["bounds_coverage"]
+            out.print(
+                f"{group}: {s['rows']} rows from {s['sources']} sources; median |error| "
+                f"{s['median_abs_error']:.1%}, LOSO median {s['loso_median_abs_error']:.1%}; worst "
+                f"{s['worst_abs_error']:.1%} ({s['worst_id']}), LOSO worst "
+                f"{s['loso_worst_abs_error']:.1%}; bounds coverage {_pct(cov)}"
+            )
+        out.print(f"excluded with reasons: {len(report['excluded'])} rows")
+    for group, limit in (
+        ("memory", max_memory),
+        ("throughput", max_throughput),
+        ("latency", max_latency),
+    ):
+        if limit is not None and summary[group]["loso_median_abs_error"] > limit:
+            typer.echo(
+                f"error: {group} LOSO median |error| "
+                f"{summary[group]['loso_median_abs_error']:.1%} exceeds {limit:.1%}",
+                err=True,
+            )
+            raise typer.Exit(1)
