@@ -136,20 +136,22 @@ def configure(
     cache: dict[Strategy, MemoryEstimate] = {}
 
     def memory_of(st: Strategy) -> MemoryEstimate:
-        plain = st if st.vp == 1 else dataclasses.replace(st, vp=1)
-        mem = cache.get(plain)
+        mem = cache.get(st)
         if mem is None:
-            mem = estimate_memory(
-                shape,
-                job,
-                plain,
-                gpu,
-                capacity_bytes=capacity,
-                safety_margin=margin,
-                image_size=spec.image_size,
-            )
-            cache[plain] = mem
-        return with_interleaving(mem, st)
+            if st.vp > 1:  # interleaving: the plain layout's estimate plus its warm-up
+                mem = with_interleaving(memory_of(dataclasses.replace(st, vp=1)), st)
+            else:
+                mem = estimate_memory(
+                    shape,
+                    job,
+                    st,
+                    gpu,
+                    capacity_bytes=capacity,
+                    safety_margin=margin,
+                    image_size=spec.image_size,
+                )
+            cache[st] = mem
+        return mem
 
     def time_of(st: Strategy) -> TimeEstimate:
         return estimate_time(shape, job, st, gpu, topo, work=spec.work, image_size=spec.image_size)

@@ -169,6 +169,11 @@ class ComputeBound:
             self._per_sample[key] = value
         return value
 
+    def known(self, group: Sequence[Strategy]) -> bool:
+        """Whether :meth:`group` needs no new timing for ``group``."""
+        rep = group[-1]
+        return (rep.tp, rep.activation_checkpointing, rep.micro_batch_size) in self._per_sample
+
     def group(self, group: Sequence[Strategy], *, coarse: bool = False) -> float:
         """A bound for every option of a layout: the least compute (largest micro-batch)
         over the least bubble (most micro-batches).
@@ -219,7 +224,8 @@ def search(
         if best is not None and lower >= best[0]:
             break  # every layout left is bounded by at least this
         ordered = groups[rank]
-        if not refined:
+        # a refined bound is free when its timing is cached; else memory goes first
+        if not refined and bound.known(ordered):
             heapq.heappush(order, (bound.group(ordered), rank, True))
             continue
         if require_fit:
@@ -229,6 +235,10 @@ def search(
                 if closest is None or ratio < closest[0]:
                     closest = (ratio, ordered[0])
                 continue
+        if not refined:
+            heapq.heappush(order, (bound.group(ordered), rank, True))
+            continue
+        if require_fit:
             lo, hi, fitting = 1, len(ordered) - 1, 0
             while lo <= hi:  # memory grows with the micro-batch: bisect the largest that fits
                 mid = (lo + hi) // 2
