@@ -22,6 +22,13 @@ Two bounds keep it fast (a plan over thousands of GPUs in well under a second):
   Estimates are cached per layout and micro-batch; interleaving reuses the plain
   layout's estimate plus its warm-up surcharge (:mod:`gpuplan.estimate.interleave`).
 
+Without stages the largest micro-batch that fits is the fastest; with stages a
+smaller one shortens the bubble, so every micro-batch that fits is a candidate,
+each skipped when its own bound (its compute over its own bubble; for ``vp > 1``
+also its plain sibling's step with the bubble exchanged) cannot beat the best.
+The bounds never change the answer: ``search(..., prune=False)`` visits
+everything and the tests compare the two.
+
 Ties go to the simpler layout (fewer stages, smaller TP, lighter sharding, no
 recomputation). Pure and deterministic.
 """
@@ -174,6 +181,11 @@ class ComputeBound:
         rep = group[-1]
         return (rep.tp, rep.activation_checkpointing, rep.micro_batch_size) in self._per_sample
 
+    def option(self, st: Strategy) -> float:
+        """A bound for one option: its own micro-batch's compute over its own bubble."""
+        compute, tp_comm = self._unit(st)
+        return (compute / (1 - bubble_fraction(st)) + tp_comm) / self._count * (1 - 1e-9)
+
     def group(self, group: Sequence[Strategy], *, coarse: bool = False) -> float:
         """A bound for every option of a layout: the least compute (largest micro-batch)
         over the least bubble (most micro-batches).
@@ -208,7 +220,8 @@ def search(
     ``prune=False`` visits every layout (for tests: the bounds must not change the answer).
     ``require_fit=False`` times the largest option of each layout whatever its memory.
     """
-    bound = ComputeBound(groups, count, time_of)
+    plain = PlainTimes(time_of)
+    bound = ComputeBound(groups, count, plain.time)
     coarse = bound.group(groups[0], coarse=True) if prune else 0.0
     # (bound, simplicity rank, refined?): coarse bounds differ only by the bubble; layouts
     # without stages are timed straight away (a refined bound would cost as much)
@@ -238,6 +251,7 @@ def search(
         if not refined:
             heapq.heappush(order, (bound.group(ordered), rank, True))
             continue
+        st0 = ordered[0]
         if require_fit:
             lo, hi, fitting = 1, len(ordered) - 1, 0
             while lo <= hi:  # memory grows with the micro-batch: bisect the largest that fits
@@ -249,17 +263,49 @@ def search(
         else:
             fitting = len(ordered) - 1
         # without stages the largest micro-batch is fastest; with them, fewer, larger
-        # micro-batches enlarge the bubble: walk down from the largest while it pays
-        previous = float("inf")
-        for st in reversed(ordered[: fitting + 1]):
-            t = time_of(st)
+        # micro-batches enlarge the bubble, so every micro-batch that fits is a candidate
+        for st in reversed(ordered[: fitting + 1] if st0.pp > 1 else ordered[fitting:][:1]):
+            if prune and best is not None and st.pp > 1:
+                if bound.option(st) >= best[0]:
+                    continue
+                if st.vp > 1 and plain.interleaved(st) >= best[0]:
+                    continue
+            t = plain.time(st)
             score = t.step_time_s / (st.micro_batch_size * st.grad_accum * st.dp)
             if best is None or (score, rank) < (best[0], best[1]):
                 best = (score, rank, st, memory_of(st), t)
-            if st.pp == 1 or score >= previous:
-                break
-            previous = score
     return best, closest
+
+
+class PlainTimes:
+    """Timings cached per strategy, and the bound interleaving's siblings take from them.
+
+    Interleaving changes only the bubble (down) and the pipeline sends (up, in
+    proportion to vp), so a layout with ``vp > 1`` takes at least its plain
+    (``vp = 1``) sibling's step less that sibling's bubble plus its own.
+    """
+
+    def __init__(self, time_of: Callable[[Strategy], TimeEstimate]) -> None:
+        self._time_of = time_of
+        self._cache: dict[Strategy, TimeEstimate] = {}
+
+    def time(self, st: Strategy) -> TimeEstimate:
+        """``time_of(st)``, once."""
+        t = self._cache.get(st)
+        if t is None:
+            t = self._time_of(st)
+            self._cache[st] = t
+        return t
+
+    def interleaved(self, st: Strategy) -> float:
+        """A lower bound on seconds per sample of ``st`` from its plain sibling's timing."""
+        t1 = self.time(dataclasses.replace(st, vp=1))
+        modelled = t1.compute_s + t1.bubble_s + t1.exposed_comm_s + t1.optimizer_s
+        overhead = max(1.0, t1.step_time_s / modelled) if modelled > 0 else 1.0
+        frac = bubble_fraction(st)
+        bubble = t1.compute_s * frac / (1 - frac)
+        step = t1.step_time_s + overhead * (bubble - t1.bubble_s)
+        return step / (st.micro_batch_size * st.grad_accum * st.dp) * (1 - 1e-9)
 
 
 def miss_ratio(mem: MemoryEstimate) -> float:
