@@ -223,8 +223,8 @@ def search(
     plain = PlainTimes(time_of)
     bound = ComputeBound(groups, count, plain.time)
     coarse = bound.group(groups[0], coarse=True) if prune else 0.0
-    # (bound, simplicity rank, refined?): coarse bounds differ only by the bubble; layouts
-    # without stages are timed straight away (a refined bound would cost as much)
+    # (bound, simplicity rank, refined?): coarse bounds differ only by the bubble; a layout
+    # is refined (its own TP, checkpointing and micro-batch) when it first comes up
     order = [
         (coarse / (1 - bubble_fraction(g[0])) if prune else 0.0, rank, not prune)
         for rank, g in enumerate(groups)
