@@ -235,7 +235,10 @@ class JobSpec(_Spec):
         "cuDNN >= 9.15) and fused elsewhere.",
     )
     parallelism: Literal["auto"] | ParallelismSpec = Field(
-        default="auto", description="'auto' or {sharding, tp, pp}."
+        default="auto",
+        description="'auto' (search tensor x pipeline (with vp) x data parallelism, sharding, "
+        "checkpointing and micro-batch for the fastest layout that fits, keeping "
+        "global_batch_size) or {sharding, tp, pp, vp}.",
     )
     work: WorkSpec | None = Field(
         default=None, description="{tokens}, {samples, epochs} or {steps}."

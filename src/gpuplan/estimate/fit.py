@@ -13,6 +13,7 @@ import math
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
 from gpuplan.estimate import bounds as bnd
+from gpuplan.estimate.interleave import with_interleaving
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
     DEFAULT_SAFETY_MARGIN,
@@ -160,9 +161,10 @@ def candidate_strategies(
         return [explicit_strategy(spec, count, shape)]
     heads = shape.heads if shape.family != "cnn" else 1
     layers = shape.layers if shape.family != "cnn" else 1
+    kv_heads = shape.kv_heads if shape.family != "cnn" else 1
     out = []
     for sharding, tp, pp, dp in candidate_layouts(
-        count, heads=heads, layers=layers, gpus_per_node=gpus_per_node
+        count, heads=heads, kv_heads=kv_heads, layers=layers, gpus_per_node=gpus_per_node
     ):
         ga = grad_accum_for(spec.global_batch_size, spec.micro_batch_size, dp)
         if ga is None:
@@ -253,9 +255,16 @@ def _estimate(
     margin: float,
     image_size: int | None,
 ) -> MemoryEstimate:
-    return estimate_memory(
-        shape, job, st, gpu, capacity_bytes=capacity, safety_margin=margin, image_size=image_size
+    mem = estimate_memory(
+        shape,
+        job,
+        st if st.vp == 1 else dataclasses.replace(st, vp=1),
+        gpu,
+        capacity_bytes=capacity,
+        safety_margin=margin,
+        image_size=image_size,
     )
+    return with_interleaving(mem, st)
 
 
 def max_micro_batch(
