@@ -78,7 +78,11 @@ def describe_validation_error(exc: ValidationError, data: Any = None) -> str:
 
 def parse_catalog_file(text: str, *, origin: str) -> CatalogFile:
     """Parse and validate the text of one catalog file."""
-    data = read_yaml(text, origin=origin)
+    return catalog_from_data(read_yaml(text, origin=origin), origin=origin)
+
+
+def catalog_from_data(data: Any, *, origin: str) -> CatalogFile:
+    """Validate the parsed data of one catalog file."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -89,13 +93,16 @@ def parse_catalog_file(text: str, *, origin: str) -> CatalogFile:
         raise CatalogError(f"{origin}: {describe_validation_error(exc, data)}") from exc
 
 
-def load_catalog_file(path: Path) -> CatalogFile:
-    """Read and validate one catalog file from disk."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CatalogError(f"--catalog: cannot read {path}: {exc.strerror}") from exc
-    return parse_catalog_file(text, origin=str(path))
+def read_catalog_data(path: Path, *, what: str = "--catalog") -> Any:
+    """The parsed YAML of a user catalog file (see :mod:`gpuplan.userfile` for what is refused)."""
+    from gpuplan.userfile import read_yaml as read_user_yaml
+
+    return read_user_yaml(path, what=what, error=CatalogError, mapping=False)
+
+
+def load_catalog_file(path: Path, *, what: str = "--catalog") -> CatalogFile:
+    """Read and validate one user catalog file from disk."""
+    return catalog_from_data(read_catalog_data(path, what=what), origin=str(path))
 
 
 def builtin_files() -> list[tuple[str, str]]:
@@ -338,7 +345,7 @@ def load_catalog(
     if use_user:
         user = user_catalog_path(env)
         if user.is_file():
-            files.append((str(user), load_catalog_file(user)))
+            files.append((str(user), load_catalog_file(user, what="user catalog")))
     if override is not None:
         files.append((str(override), load_catalog_file(override)))
     cat = _merge(files)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from gpuplan.schema_base import UserModel
 
 SCHEMA_VERSION = "1"
 
@@ -41,7 +43,7 @@ HOURS_PER_MONTH = 730.0
 """Hours in a billing month as AWS, GCP and Azure price pages count them (8760 / 12)."""
 
 
-class _Frozen(BaseModel):
+class _Frozen(UserModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

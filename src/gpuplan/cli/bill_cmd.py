@@ -82,10 +82,9 @@ def _load_usage(
     from gpuplan.errors import SpecError
     from gpuplan.units import parse_duration_s
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"usage: cannot read {path}: {exc.strerror}") from exc
+    from gpuplan.userfile import read_text
+
+    text = read_text(path, what="usage", error=SpecError)
     if path.suffix.lower() == ".csv":
         if gpu is None:
             raise SpecError(
