@@ -146,16 +146,9 @@ def load_config_file(path: Path) -> dict[str, Any]:
         MonitorError: unreadable or not a mapping.
         UnknownNameError: a key that is not a daemon option (with suggestions).
     """
-    import yaml
+    from gpuplan.userfile import read_yaml
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise MonitorError(f"--config: cannot read {path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise MonitorError(
-            f"--config: {path} is not valid YAML: {' '.join(str(exc).split())}"
-        ) from exc
+    data = read_yaml(path, what="--config", error=MonitorError, mapping=False)
     if data is None:
         return {}
     if not isinstance(data, dict):
