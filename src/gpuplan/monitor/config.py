@@ -99,14 +99,21 @@ def number(value: Any, flag: str, *, low: float | None = None, high: float | Non
     return result
 
 
-def integer(value: Any, flag: str, *, low: int | None = None) -> int:
-    """An integer (``>= low``)."""
+def integer(value: Any, flag: str, *, low: int | None = None, high: int | None = None) -> int:
+    """An integer (``>= low`` and ``<= high``)."""
     if isinstance(value, bool) or not str(value).strip().lstrip("-").isdigit():
         raise MonitorError(f"{flag}: expected an integer, got {value!r}")
     result = int(str(value).strip())
     if low is not None and result < low:
         raise MonitorError(f"{flag}: must be >= {low}, got {result}")
+    if high is not None and result > high:
+        raise MonitorError(f"{flag}: must be <= {high}, got {result}")
     return result
+
+
+def port(value: Any, flag: str) -> int:
+    """A TCP port number, 0..65535 (0: any free port)."""
+    return integer(value, flag, low=0, high=65535)
 
 
 def choice(value: Any, flag: str, allowed: tuple[str, ...]) -> str:
