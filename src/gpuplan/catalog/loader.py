@@ -68,7 +68,7 @@ def describe_validation_error(exc: ValidationError, data: Any = None) -> str:
         parts.append(f".{loc}" if parts else str(loc))
         node = node.get(loc) if isinstance(node, dict) else None
     path = "".join(parts) or "(top level)"
-    msg = err["msg"]
+    msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
     elif err["type"] == "literal_error":
@@ -97,7 +97,13 @@ def read_catalog_data(path: Path, *, what: str = "--catalog") -> Any:
     """The parsed YAML of a user catalog file (see :mod:`gpuplan.userfile` for what is refused)."""
     from gpuplan.userfile import read_yaml as read_user_yaml
 
-    return read_user_yaml(path, what=what, error=CatalogError, mapping=False)
+    data = read_user_yaml(path, what=what, error=CatalogError, mapping=False)
+    if data is not None and not isinstance(data, dict):
+        raise CatalogError(
+            f"{what}: {path}: expected a mapping with gpus/offerings/billing/fx sections, "
+            f"got {type(data).__name__}"
+        )
+    return data
 
 
 def load_catalog_file(path: Path, *, what: str = "--catalog") -> CatalogFile:
