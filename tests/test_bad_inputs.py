@@ -42,24 +42,27 @@ COMMON: list[tuple[str, bytes | str | None]] = [
 
 DEEP_YAML = ("[" * 100_000 + "]" * 100_000).encode()
 DEEP_BLOCK_YAML = "".join("  " * i + "- \n" for i in range(3000)).encode()
-ALIAS_BOMB = (
-    b'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
-    b"b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
-    b"c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-    b"d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
-    b"e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
-    b"f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
-    b"g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n"
-    b"h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]\n"
-    b"i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]\n"
-)
+_LEVELS = ['&a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]'] + [
+    f"&{cur} [" + ",".join([f"*{prev}"] * 9) + "]"
+    for prev, cur in zip("abcdefgh", "bcdefghi", strict=True)
+]
+#: "Billion laughs": 9**9 strings from ~370 bytes, as the value of a field each reader knows.
+ALIAS_BOMB = ("[" + ", ".join(_LEVELS) + "]").encode()
+
+
+def alias_bomb(kind: str) -> bytes:
+    """The bomb under a field that ``kind``'s reader looks at (a watch config hung on it)."""
+    key = {"spec": b"model: llama-3-8b\nseq_len", "catalog": b"fx", "usage-yaml": b"gpu"}
+    return key.get(kind, b"window") + b": " + ALIAS_BOMB + b"\n"
+
+
 #: Cases that may hang or exhaust memory/stack on a broken reader: run in a subprocess.
 HANG_PRONE = {"deep-flow", "deep-block", "alias-bomb", "deep-json", "deep-jsonl"}
 
 YAML_BAD: list[tuple[str, bytes | str | None]] = [
     ("deep-flow", DEEP_YAML),
     ("deep-block", DEEP_BLOCK_YAML),
-    ("alias-bomb", ALIAS_BOMB),
+    ("alias-bomb", "BOMB"),
     ("malformed", b"model: [llama\n  x: }\n"),
     ("top-level-scalar", b"42\n"),
     ("top-level-list", b"- a\n- b\n"),
@@ -391,6 +394,7 @@ OPTIONS: list[tuple[str, Callable[[Path, Path], list[str]], tuple[str, ...]]] = 
         _opt("estimate", "SPEC", "--gpu", "A100-80GB", "--inter-node-gbps", "0"),
         (),
     ),
+    ("trace-without-gpu", _opt("fit", "SPEC", "--trace"), ()),
     ("export-with-json", _opt("plan", "SPEC", "--export", "torchrun", "--json"), ()),
     (
         "checkpoint-interval-zero",
@@ -459,7 +463,9 @@ def _materialise(case: Case, tmp: Path) -> Path:
     path = tmp / f"bad{case.suffix}"
     if case.content is None:
         return path
-    if case.content == "DIR":
+    if case.content == "BOMB":
+        path.write_bytes(alias_bomb(case.kind))
+    elif case.content == "DIR":
         path.mkdir()
     elif case.content == "HUGE":
         with path.open("wb") as fh:
@@ -553,3 +559,17 @@ def test_catalog_validate_lists_a_schema_problem_with_exit_1(
     result = CliRunner().invoke(_app(), ["catalog", "validate", str(bad)])
     assert result.exit_code == 1
     assert "gpu_count: expected a number, got true" in result.stdout
+
+
+def test_a_gate_over_rows_that_all_failed_does_not_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows the estimator could not predict are not errors of 0%: a gate over none of them fails."""
+    monkeypatch.setenv("GPUPLAN_HOME", str(tmp_path / "home"))
+    table = tmp_path / "t.csv"
+    table.write_text(TABLE_HEADER + 'x,ok,"{model: no-such-model}",A100-80GB,1,device_used,1,GiB\n')
+    result = CliRunner().invoke(
+        _app(), ["validate", "memory", "--table", str(table), "--max-over-50", "0"]
+    )
+    assert result.exit_code == 1
+    assert "none of the 1 rows could be predicted" in result.stderr

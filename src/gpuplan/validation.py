@@ -107,6 +107,9 @@ class Report:
         """Why this report fails the CI gates (empty when it passes or no gate is set)."""
         s = self.summary()
         out = []
+        gated = (max_median, max_under, max_over_50) != (None, None, None)
+        if gated and not self.errors:
+            out.append(f"none of the {len(self.rows)} rows could be predicted: nothing was gated")
         if max_median is not None and not self.median_abs_error <= max_median:
             out.append(
                 f"median |error| {self.median_abs_error:.1%} exceeds --max-median {max_median:.1%}"

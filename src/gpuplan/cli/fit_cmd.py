@@ -51,9 +51,12 @@ def fit_command(
 ) -> None:
     """Per-GPU peak memory of a training step: does it fit, with what headroom and micro-batch."""
     from gpuplan.catalog.loader import load_catalog
+    from gpuplan.errors import SpecError
     from gpuplan.estimate.fit import fit
     from gpuplan.spec import load_spec
 
+    if trace and gpu is None:
+        raise SpecError("--trace: needs --gpu (the table of every GPU is analytic only)")
     spec = load_spec(spec_path, overrides or [])
     cat = load_catalog(catalog)
     if gpu is not None:
@@ -72,8 +75,6 @@ def fit_command(
             _print_breakdown(result)
         return
     rows: list[dict[str, Any]] = []
-    from gpuplan.errors import SpecError
-
     for g in sorted(cat.gpus, key=lambda g: (g.memory_bytes, g.id)):
         try:
             r = fit(spec, g, gpus, margin=margin)
