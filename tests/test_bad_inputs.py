@@ -28,7 +28,8 @@ GOOD_REPLAY = json.dumps({"t": 0, "gpu": "", "gpu_exit": 0, "apps": "", "apps_ex
 TABLE_HEADER = "id,status,spec,gpu,count,metric,measured,unit\n"
 
 # Contents shared by every file kind: (name, bytes). ``None`` = the path does not exist;
-# ``"DIR"`` = the path is a directory; ``"HUGE"`` = a sparse file over the 10 MiB limit.
+# ``"DIR"`` = the path is a directory; ``"HUGE"`` = a sparse file over the 10 MiB limit;
+# ``"FIFO"`` = a named pipe; ``"LINK"`` = a symlink to nothing; ``"BOMB"``: see alias_bomb().
 COMMON: list[tuple[str, bytes | str | None]] = [
     ("missing", None),
     ("directory", "DIR"),
@@ -38,6 +39,8 @@ COMMON: list[tuple[str, bytes | str | None]] = [
     ("latin1", "gpu: H100 \u00e9t\u00e9\n".encode("latin-1")),
     ("nul-bytes", b"model: llama-3-8b\x00\x00\n"),
     ("oversized", "HUGE"),
+    ("fifo", "FIFO"),
+    ("dangling-symlink", "LINK"),
 ]
 
 DEEP_YAML = ("[" * 100_000 + "]" * 100_000).encode()
@@ -57,7 +60,7 @@ def alias_bomb(kind: str) -> bytes:
 
 
 #: Cases that may hang or exhaust memory/stack on a broken reader: run in a subprocess.
-HANG_PRONE = {"deep-flow", "deep-block", "alias-bomb", "deep-json", "deep-jsonl"}
+HANG_PRONE = {"deep-flow", "deep-block", "alias-bomb", "deep-json", "deep-jsonl", "fifo"}
 
 YAML_BAD: list[tuple[str, bytes | str | None]] = [
     ("deep-flow", DEEP_YAML),
@@ -465,6 +468,10 @@ def _materialise(case: Case, tmp: Path) -> Path:
         return path
     if case.content == "BOMB":
         path.write_bytes(alias_bomb(case.kind))
+    elif case.content == "FIFO":
+        os.mkfifo(path)  # a reader that opens it blocks until a writer comes: never
+    elif case.content == "LINK":
+        path.symlink_to(tmp / "nowhere")
     elif case.content == "DIR":
         path.mkdir()
     elif case.content == "HUGE":
