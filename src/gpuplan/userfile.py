@@ -264,10 +264,10 @@ def parse_json(text: str, *, what: str, path: Path | None, error: ErrorType = Gp
             error,
             what,
             path,
-            f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
         ) from None
     except (ValueError, RecursionError) as exc:
-        raise _fail(error, what, path, f"not JSON: {exc}") from None
+        raise _fail(error, what, path, f"not valid JSON: {exc}") from None
 
 
 def read_json(

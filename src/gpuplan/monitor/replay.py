@@ -87,7 +87,8 @@ def parse_replay_line(text: str, line_no: int) -> ReplayLine:
     try:
         obj = parse_json(text, what="", path=None, error=MonitorError)
     except GpuPlanError as exc:
-        raise _fail(line_no, exc.message.removeprefix(": ")) from None
+        problem = exc.message.removeprefix(": ").replace("not valid JSON", "not JSON")
+        raise _fail(line_no, problem) from None
     if not isinstance(obj, dict):
         raise _fail(line_no, f"expected a JSON object, got {type(obj).__name__}")
     for key in obj:
