@@ -518,7 +518,7 @@ def test_bad_input_gives_one_line_and_exit_2(
                 [sys.executable, "-m", "gpuplan.cli.app", *argv],
                 capture_output=True,
                 text=True,
-                timeout=60,
+                timeout=float(os.environ.get("GPUPLAN_SWEEP_TIMEOUT_S", "60")),
                 env=env,
                 preexec_fn=_limit_child,
                 check=False,

@@ -178,7 +178,10 @@ def validate(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check every shipped and user catalog file: schema, GPU references, prices, currencies, dates."""
+    """Check every shipped and user catalog file: schema, GPU references, prices, currencies, dates.
+
+    Exit 1 when it finds problems (each listed); 2 when a file cannot be read as YAML at all.
+    """
     from gpuplan.catalog.loader import (
         _builtin_parsed,
         _merge,
