@@ -119,9 +119,7 @@ def preset_info(name: str) -> PresetInfo:
     """
     info = find_preset(name)
     if info is None:
-        raise UnknownNameError(
-            "model preset", name, (p.id for p in list_presets()), field="model"
-        )
+        raise UnknownNameError("model preset", name, (p.id for p in list_presets()), field="model")
     return info
 
 
