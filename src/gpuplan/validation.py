@@ -210,11 +210,11 @@ def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float,
     results: list[RowResult] = []
     excluded: list[tuple[str, str]] = []
     table = read_table(path)
-    for n, row in enumerate(table, start=2):
-        if (row.get("status") or "ok") != "ok":
+    for n, row in enumerate(table, start=1):
+        if row.get("status", "ok") != "ok":
             excluded.append((row["id"], row.get("notes", "")))
             continue
-        measured = _check_row(row, f"--table: {path}: line {n} ({row['id'][:40]})")
+        measured = _check_row(row, f"--table: {path}: row {n} ({row['id'][:40]})")
         try:
             predicted, note = predict(row, repo_root)
         except GpuPlanError as exc:
