@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -276,15 +277,12 @@ class JobSpec(_Spec):
             source = "work.tokens / seq_len"
         else:
             return
-        for name in ("global_batch_size", "micro_batch_size"):
-            batch = getattr(self, name)
-            if batch is not None and batch > job:
-                raise ValueError(
-                    f"{name}: {batch:,} samples per step is more than the whole job "
-                    f"({source} = {job:,.0f} samples); lower it or give more work"
-                )
-            if batch is not None:
-                return  # micro_batch_size <= global_batch_size
+        batch = self.global_batch_size
+        if batch is not None and batch > job:
+            raise ValueError(
+                f"global_batch_size: {batch:,} samples per step is more than the whole job "
+                f"({source} = {job:,.0f} samples); lower it or give more work"
+            )
 
     @property
     def compute_dtype(self) -> str:
@@ -313,6 +311,8 @@ def _describe(exc: ValidationError) -> str:
         msg = f"{msg}, got {err.get('input')!r}"
     if path == "parallelism" and err["type"] == "literal_error":
         msg += " (or a mapping {sharding, tp, pp})"
+    if not path and re.match(r"^[a-z_][a-z_.]*: ", msg):
+        return msg  # a model-level check that names its own field
     return f"{path or 'spec'}: {msg}"
 
 
