@@ -6,7 +6,7 @@ The alias-bomb and deep-nesting cases run in a subprocess with a time and memory
 limit, so a hang or a blow-up fails the test instead of the CI machine.
 
 The corpus is generated (:func:`file_cases`, :func:`option_cases`); the counts
-are in the docstring of :data:`CASES` and in the issue-10 report.
+are in the comment above :data:`CASES` and in the issue-10 report.
 """
 
 from __future__ import annotations
@@ -458,7 +458,7 @@ def option_cases() -> list[Case]:
     ]
 
 
-#: 466 generated cases at the time of writing (see the report of issue 10).
+#: 373 generated cases (337 bad files x commands, 36 bad options); 205 passed before issue 10.
 CASES = file_cases() + option_cases()
 
 
