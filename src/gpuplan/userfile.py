@@ -48,7 +48,7 @@ def read_bytes(path: Path, *, what: str, error: ErrorType = GpuPlanError) -> byt
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise _fail(error, what, path, "no such file") from None
+        raise _fail(error, what, path, "cannot read: no such file") from None
     except OSError as exc:
         raise _fail(error, what, path, f"cannot read: {exc.strerror or exc}") from None
     if path.is_dir():
