@@ -21,12 +21,14 @@ Example::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuplan.errors import SpecError
+from gpuplan.schema_base import UserModel
 from gpuplan.units import parse_duration_s
 
 Method = Literal["full", "lora", "qlora"]
@@ -50,7 +52,7 @@ COMPUTE_DTYPE: dict[str, str] = {
 }
 
 
-class _Spec(BaseModel):
+class _Spec(UserModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -129,7 +131,10 @@ class ConstraintsSpec(_Spec):
     def _duration(cls, value: Any) -> Any:
         if value is None:
             return None
-        return parse_duration_s(value, field="constraints.deadline")
+        seconds = parse_duration_s(value, field="constraints.deadline")
+        if seconds <= 0:
+            raise ValueError(f"constraints.deadline: must be longer than 0, got {value!r}")
+        return seconds
 
     @field_validator("billing")
     @classmethod
@@ -259,7 +264,28 @@ class JobSpec(_Spec):
                 "global_batch_size must be a multiple of micro_batch_size "
                 f"({self.global_batch_size} % {self.micro_batch_size} != 0)"
             )
+        self._batch_within_work()
         return self
+
+    def _batch_within_work(self) -> None:
+        """A step may not hold more samples than the whole job (that answer is silently wrong)."""
+        work = self.work
+        if work is None or work.steps is not None:
+            return
+        if work.samples is not None:
+            job = work.samples * (work.epochs or 1.0)
+            source = "work.samples" + (" x work.epochs" if work.epochs is not None else "")
+        elif work.tokens is not None and self.seq_len is not None:
+            job = work.tokens / self.seq_len
+            source = "work.tokens / seq_len"
+        else:
+            return
+        batch = self.global_batch_size
+        if batch is not None and batch > job:
+            raise ValueError(
+                f"global_batch_size: {batch:,} samples per step is more than the whole job "
+                f"({source} = {job:,.0f} samples); lower it or give more work"
+            )
 
     @property
     def compute_dtype(self) -> str:
@@ -288,16 +314,21 @@ def _describe(exc: ValidationError) -> str:
         msg = f"{msg}, got {err.get('input')!r}"
     if path == "parallelism" and err["type"] == "literal_error":
         msg += " (or a mapping {sharding, tp, pp})"
+    if not path and re.match(r"^[a-z_][a-z_.]*: ", msg):
+        return msg  # a model-level check that names its own field
     return f"{path or 'spec'}: {msg}"
 
 
-def _parse_scalar(text: str) -> Any:
-    import yaml
+def _parse_scalar(text: str, key: str) -> Any:
+    from gpuplan.errors import GpuPlanError
+    from gpuplan.userfile import parse_yaml
 
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+        return parse_yaml(text, what=f"--set {key}", path=None, error=SpecError)
+    except GpuPlanError as exc:
+        if "malformed YAML" in exc.message:
+            return text
+        raise
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -320,7 +351,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             child = dict(child) if isinstance(child, dict) else {}
             node[part] = child
             node = child
-        node[parts[-1]] = _parse_scalar(raw)
+        node[parts[-1]] = _parse_scalar(raw, key.strip())
     return out
 
 
@@ -341,21 +372,10 @@ def parse_spec(data: Any, *, origin: str = "spec", base_dir: Path | None = None)
 
 def load_spec(path: Path, overrides: list[str] | None = None) -> JobSpec:
     """Read a job spec file (YAML or JSON) and apply ``--set`` overrides."""
-    import yaml
+    from gpuplan.userfile import read_yaml
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"spec: cannot read {path}: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise SpecError(f"{path}:{where}: malformed YAML: {getattr(exc, 'problem', exc)}") from exc
-    if data is None:
-        data = {}
-    if isinstance(data, dict) and overrides:
+    data = read_yaml(path, what="spec", error=SpecError)
+    if overrides:
         data = apply_overrides(data, overrides)
     return parse_spec(data, origin=str(path), base_dir=path.parent)
 

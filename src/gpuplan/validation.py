@@ -9,7 +9,6 @@ is honest.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
 import re
@@ -17,8 +16,6 @@ import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from gpuplan.errors import GpuPlanError, SpecError
 
@@ -114,6 +111,9 @@ class Report:
         """Why this report fails the CI gates (empty when it passes or no gate is set)."""
         s = self.summary()
         out = []
+        gated = (max_median, max_under, max_over_50) != (None, None, None)
+        if gated and not self.errors:
+            out.append(f"none of the {len(self.rows)} rows could be predicted: nothing was gated")
         if max_median is not None and not self.median_abs_error <= max_median:
             out.append(
                 f"median |error| {self.median_abs_error:.1%} exceeds --max-median {max_median:.1%}"
@@ -192,21 +192,60 @@ def row_spec(text: str, row_id: str, repo_root: Path) -> Any:
     """The parsed spec of a row (cached: the fitting scripts predict each row many times)."""
     from gpuplan.spec import parse_spec
 
-    return parse_spec(parserow_spec(text, repo_root), origin=f"validation row {row_id}")
+    return parse_spec(parse_row_spec(text, repo_root), origin=f"validation row {row_id}")
+
+
+#: Columns every validation table has (others are optional per estimator).
+REQUIRED_COLUMNS = ("id", "spec", "gpu", "count", "metric", "measured")
 
 
 def read_table(path: Path) -> list[dict[str, str]]:
-    """Rows of a validation CSV."""
+    """Rows of a validation CSV (see :mod:`gpuplan.userfile` for what is refused)."""
+    from gpuplan.userfile import read_csv
+
+    header, rows = read_csv(path, what="--table", error=SpecError)
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise SpecError(
+            f"--table: {path}: missing column(s) {', '.join(missing)}; "
+            f"a validation table has {', '.join(REQUIRED_COLUMNS)} (and status, unit, ...)"
+        )
+    return rows
+
+
+def _number(row: dict[str, str], key: str, where: str, *, integer: bool = False) -> float:
+    raw = row.get(key, "").strip()
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
-    except OSError as exc:
-        raise SpecError(f"--table: cannot read {path}: {exc.strerror}") from exc
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        kind = "a whole number" if integer else "a number"
+        raise SpecError(f"{where}: {key}: expected {kind} > 0, got {raw!r}") from None
+    if not (0 < value < float("inf")):
+        raise SpecError(f"{where}: {key}: expected a number > 0, got {raw!r}")
+    return value
 
 
-def parserow_spec(text: str, repo_root: Path) -> dict[str, Any]:
+def _check_row(row: dict[str, str], where: str) -> float:
+    """Validate the numeric cells of an ``ok`` row; return the measurement in base units."""
+    if not row["id"].strip():
+        raise SpecError(f"{where}: id: empty")
+    for key in ("count", "gpus_per_node"):
+        if key == "count" or row.get(key, "").strip():
+            _number(row, key, where, integer=True)
+    for key in ("inter_node_gbps", "cuda_context_mib"):
+        if row.get(key, "").strip():
+            _number(row, key, where)
+    unit = row.get("unit", "").strip()
+    if unit and unit not in UNIT_SCALE:
+        raise SpecError(f"{where}: unit: unknown {unit!r}; allowed: {', '.join(UNIT_SCALE)}")
+    return _number(row, "measured", where) * UNIT_SCALE.get(unit, 1)
+
+
+def parse_row_spec(text: str, repo_root: Path) -> dict[str, Any]:
     """The spec mapping of a row; model paths are relative to the repo root."""
-    data = yaml.safe_load(text)
+    from gpuplan.userfile import parse_yaml
+
+    data = parse_yaml(text, what="spec", path=None, error=SpecError)
     if not isinstance(data, dict):
         raise SpecError(f"spec: expected a mapping, got {text!r}")
     model = data.get("model")
@@ -220,11 +259,12 @@ def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float,
     repo_root = path.resolve().parent.parent
     results: list[RowResult] = []
     excluded: list[tuple[str, str]] = []
-    for row in read_table(path):
+    table = read_table(path)
+    for n, row in enumerate(table, start=1):
         if row.get("status", "ok") != "ok":
             excluded.append((row["id"], row.get("notes", "")))
             continue
-        measured = float(row["measured"]) * UNIT_SCALE.get(row.get("unit", ""), 1)
+        measured = _check_row(row, f"--table: {path}: row {n} ({row['id'][:40]})")
         try:
             predicted, note = predict(row, repo_root)
         except GpuPlanError as exc:
@@ -251,6 +291,11 @@ def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float,
                 multi_node=int(row.get("count") or 1) > int(row.get("gpus_per_node") or 8),
                 source=source_of(row),
             )
+        )
+    if not results:
+        why = f"all {len(excluded)} rows are excluded" if excluded else "it has no rows"
+        raise SpecError(
+            f"--table: {path}: nothing to validate: {why}; a gate over no rows would pass vacuously"
         )
     return Report(table=str(path), rows=tuple(results), excluded=tuple(excluded))
 

@@ -78,7 +78,7 @@ def describe_validation_error(exc: ValidationError, data: Any = None) -> str:
         parts.append(f".{loc}" if parts else str(loc))
         node = node.get(loc) if isinstance(node, dict) else None
     path = "".join(parts) or "(top level)"
-    msg = err["msg"]
+    msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
     elif err["type"] == "literal_error":
@@ -88,7 +88,11 @@ def describe_validation_error(exc: ValidationError, data: Any = None) -> str:
 
 def parse_catalog_file(text: str, *, origin: str) -> CatalogFile:
     """Parse and validate the text of one catalog file."""
-    data = read_yaml(text, origin=origin)
+    return catalog_from_data(read_yaml(text, origin=origin), origin=origin)
+
+
+def catalog_from_data(data: Any, *, origin: str) -> CatalogFile:
+    """Validate the parsed data of one catalog file."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -99,13 +103,22 @@ def parse_catalog_file(text: str, *, origin: str) -> CatalogFile:
         raise CatalogError(f"{origin}: {describe_validation_error(exc, data)}") from exc
 
 
-def load_catalog_file(path: Path) -> CatalogFile:
-    """Read and validate one catalog file from disk."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CatalogError(f"--catalog: cannot read {path}: {exc.strerror}") from exc
-    return parse_catalog_file(text, origin=str(path))
+def read_catalog_data(path: Path, *, what: str = "--catalog") -> Any:
+    """The parsed YAML of a user catalog file (see :mod:`gpuplan.userfile` for what is refused)."""
+    from gpuplan.userfile import read_yaml as read_user_yaml
+
+    data = read_user_yaml(path, what=what, error=CatalogError, mapping=False)
+    if data is not None and not isinstance(data, dict):
+        raise CatalogError(
+            f"{what}: {path}: expected a mapping with gpus/offerings/billing/fx sections, "
+            f"got {type(data).__name__}"
+        )
+    return data
+
+
+def load_catalog_file(path: Path, *, what: str = "--catalog") -> CatalogFile:
+    """Read and validate one user catalog file from disk."""
+    return catalog_from_data(read_catalog_data(path, what=what), origin=str(path))
 
 
 def builtin_files() -> list[tuple[str, str]]:
@@ -457,7 +470,7 @@ def load_catalog(
     if use_user:
         user = user_catalog_path(env)
         if user.is_file():
-            files.append((str(user), load_catalog_file(user)))
+            files.append((str(user), load_catalog_file(user, what="user catalog")))
     if override is not None:
         files.append((str(override), load_catalog_file(override)))
     cat = _merge(files)

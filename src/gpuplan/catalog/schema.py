@@ -26,7 +26,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from gpuplan.schema_base import UserModel
 
 SCHEMA_VERSION = "1"
 
@@ -76,7 +78,7 @@ tool's catalog (SkyPilot). ``api``: fetched live from the provider's price API
 """
 
 
-class _Frozen(BaseModel):
+class _Frozen(UserModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

@@ -16,7 +16,6 @@ Traps handled here (see the SkyPilot catalog README and skypilot-catalog #31):
 from __future__ import annotations
 
 import ast
-import csv
 import dataclasses
 import datetime as dt
 import functools
@@ -143,13 +142,9 @@ class _Row:
 
 
 def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[str]]:
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            rows = list(reader)
-            header = list(reader.fieldnames or [])
-    except OSError as exc:
-        raise CatalogError(f"import: cannot read {path}: {exc.strerror}") from exc
+    from gpuplan.userfile import read_csv
+
+    header, rows = read_csv(path, what="import", error=CatalogError)
     needed = {"InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region"}
     missing = sorted(needed - set(header))
     if missing:
@@ -167,7 +162,7 @@ def _gcp_rows(raw: list[dict[str, str]], catalog: Catalog, skipped: dict[str, in
         if r["InstanceType"] == "" and r["AcceleratorName"]:
             key = (
                 r["AcceleratorName"].upper(),
-                float(r["AcceleratorCount"] or 0),
+                _float(r["AcceleratorCount"]) or 0.0,
                 r.get("AvailabilityZone", ""),
             )
             accel[key] = (

@@ -45,14 +45,14 @@ def bill_command(
         ),
     ] = None,
     busy_threshold: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--busy-threshold",
             min=0.0,
             max=100.0,
             help="CSV with per-GPU utilization: busy at or above this percent (default 10).",
         ),
-    ] = 10.0,
+    ] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Rows in the table.")] = 15,
 ) -> None:
     """Monthly cost of recurring use: pure on-demand, with auto-stop, commitments, the best mix."""
@@ -74,18 +74,22 @@ def _load_usage(
     providers: list[str] | None,
     regions: list[str] | None,
     autostop_after: str | None,
-    busy_threshold: float,
+    busy_threshold: float | None,
 ) -> Any:
     import dataclasses
 
-    from gpuplan.cost.usage import DEFAULT_AUTOSTOP_S, Usage, parse_trace_csv, parse_usage_yaml
+    from gpuplan.cost.usage import (
+        DEFAULT_AUTOSTOP_S,
+        DEFAULT_BUSY_THRESHOLD_PCT,
+        Usage,
+        parse_trace_csv,
+        parse_usage_yaml,
+    )
     from gpuplan.errors import SpecError
     from gpuplan.units import parse_duration_s
+    from gpuplan.userfile import read_text
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"usage: cannot read {path}: {exc.strerror}") from exc
+    text = read_text(path, what="usage", error=SpecError)
     if path.suffix.lower() == ".csv":
         if gpu is None:
             raise SpecError(
@@ -97,9 +101,19 @@ def _load_usage(
             regions=(),
             autostop_after_s=DEFAULT_AUTOSTOP_S,
             autostop_source="default: the 10-minute idle window of `gpuplan watch`",
-            timeline=parse_trace_csv(text, origin=str(path), busy_threshold_pct=busy_threshold),
+            timeline=parse_trace_csv(
+                text,
+                origin=str(path),
+                busy_threshold_pct=DEFAULT_BUSY_THRESHOLD_PCT
+                if busy_threshold is None
+                else busy_threshold,
+            ),
         )
     else:
+        if busy_threshold is not None:
+            raise SpecError(
+                f"--busy-threshold: only for a utilization trace CSV, not the usage YAML {path}"
+            )
         usage = parse_usage_yaml(text, origin=str(path))
     changes: dict[str, Any] = {}
     if gpu is not None:

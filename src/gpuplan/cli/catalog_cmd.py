@@ -268,12 +268,16 @@ def validate(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check every shipped and user catalog file: schema, GPU references, prices, currencies, dates."""
+    """Check every shipped and user catalog file: schema, GPU references, prices, currencies, dates.
+
+    Exit 1 when it finds problems (each listed); 2 when a file cannot be read as YAML at all.
+    """
     from gpuplan.catalog.loader import (
         _builtin_parsed,
         _merge,
+        catalog_from_data,
         check_catalog,
-        load_catalog_file,
+        read_catalog_data,
         user_catalog_path,
     )
     from gpuplan.errors import CatalogError
@@ -282,10 +286,13 @@ def validate(
     parsed = list(_builtin_parsed())
     names = [n for n, _ in parsed]
     user = user_catalog_path()
-    paths = ([user] if user.is_file() else []) + list(files or [])
-    for path in paths:
+    paths = [(user, "user catalog")] if user.is_file() else []
+    paths += [(path, "catalog validate") for path in files or []]
+    for path, what in paths:
+        # A file that is not YAML at all is a usage error (exit 2); schema problems are listed.
+        data = read_catalog_data(path, what=what)
         try:
-            parsed.append((str(path), load_catalog_file(path)))
+            parsed.append((str(path), catalog_from_data(data, origin=str(path))))
             names.append(str(path))
         except CatalogError as exc:
             problems.append(exc.one_line())

@@ -52,9 +52,12 @@ def fit_command(
 ) -> None:
     """Per-GPU peak memory of a training step: does it fit, with what headroom and micro-batch."""
     from gpuplan.catalog.loader import load_catalog
+    from gpuplan.errors import SpecError
     from gpuplan.estimate.fit import fit
     from gpuplan.spec import load_spec
 
+    if trace and gpu is None:
+        raise SpecError("--trace: needs --gpu (the table of every GPU is analytic only)")
     spec = load_spec(spec_path, overrides or [])
     cat = load_catalog(catalog)
     if gpu is not None:
@@ -73,8 +76,6 @@ def fit_command(
             _print_breakdown(result)
         return
     rows: list[dict[str, Any]] = []
-    from gpuplan.errors import SpecError
-
     for g in sorted(cat.gpus, key=lambda g: (g.memory_bytes, g.id)):
         try:
             r = fit(spec, g, gpus, margin=margin)
@@ -234,6 +235,25 @@ def resolve_hardware(
     from gpuplan.errors import SpecError
     from gpuplan.estimate.configure import default_topology
 
+    given = {
+        "--gpu": gpu,
+        "--count": count,
+        "--gpus-per-node": gpus_per_node,
+        "--intra-node": intra_node,
+        "--inter-node-gbps": inter_node_gbps,
+        "--fabric": fabric,
+    }
+    clashing = [flag for flag, value in given.items() if value is not None]
+    if offering is not None and clashing:
+        raise SpecError(
+            f"{clashing[0]} and --offering conflict: the offering sets the GPU, node size and "
+            "network; give one or the other",
+            hint="--offering PROVIDER:INSTANCE --nodes N, or --gpu ID --count N",
+        )
+    if offering is None and nodes is not None:
+        raise SpecError("--nodes: only with --offering (give --count for a GPU count)")
+    if inter_node_gbps is not None and inter_node_gbps <= 0:
+        raise SpecError(f"--inter-node-gbps: must be > 0, got {inter_node_gbps:g}")
     if fabric is not None and fabric.lower() not in _FABRICS:
         raise SpecError(f"--fabric: unknown {fabric!r}; allowed: ib, roce, efa, ethernet")
     fab = _FABRICS[fabric.lower()] if fabric else None

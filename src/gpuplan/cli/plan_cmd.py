@@ -83,10 +83,17 @@ def plan_command(
         raise SpecError(f"--risk: unknown {risk!r}; allowed: {', '.join(RISKS)}")
     if export is not None and export not in _EXPORTS:
         raise SpecError(f"--export: unknown {export!r}; allowed: {', '.join(_EXPORTS)}")
+    if export is not None and json_out:
+        raise SpecError("--export and --json conflict: --export prints the launcher config")
     try:
         interval = parse_duration_s(checkpoint_interval, field="--checkpoint-interval")
     except ValueError as exc:
         raise SpecError(str(exc)) from None
+    if interval <= 0:
+        raise SpecError(
+            f"--checkpoint-interval: must be longer than 0, got {checkpoint_interval!r}",
+            hint="--checkpoint-interval 30m",
+        )
     extra = list(overrides or [])
     if currency is not None:
         extra.append(f"constraints.currency={currency}")

@@ -406,7 +406,9 @@ def watch(  # noqa: PLR0913 - one parameter per CLI option; the body only dispat
     metrics_port: Annotated[
         str | None,
         typer.Option(
-            "--metrics-port", metavar="PORT", help="Serve Prometheus /metrics on this port."
+            "--metrics-port",
+            metavar="PORT",
+            help="Serve Prometheus /metrics on this port (0..65535; 0 picks a free one).",
         ),
     ] = None,
     metrics_addr: Annotated[
@@ -531,6 +533,7 @@ def _run_daemon(raw: dict[str, Any], *, json_out: bool) -> None:
         default_state_path,
         integer,
         policy_config,
+        port,
     )
     from gpuplan.monitor.daemon import Agent, StepOutcome
     from gpuplan.monitor.policy import IdlePolicy
@@ -555,15 +558,16 @@ def _run_daemon(raw: dict[str, Any], *, json_out: bool) -> None:
     max_steps = (
         None if raw.get("max-steps") is None else integer(raw["max-steps"], "--max-steps", low=1)
     )
+    metrics_port = (
+        None if raw.get("metrics-port") is None else port(raw["metrics-port"], "--metrics-port")
+    )
     store = StateStore(Path(str(raw["state"])) if raw.get("state") else default_state_path())
     metrics = None
-    if raw.get("metrics-port") is not None:
+    if metrics_port is not None:
         from gpuplan.monitor.metrics import WatchMetrics
 
         metrics = WatchMetrics(policy.config.window_s)
-        metrics.serve(
-            integer(raw["metrics-port"], "--metrics-port", low=0), str(raw["metrics-addr"])
-        )
+        metrics.serve(metrics_port, str(raw["metrics-addr"]))
     record_fh = None
     if raw.get("record"):
         try:

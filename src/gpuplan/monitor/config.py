@@ -99,14 +99,21 @@ def number(value: Any, flag: str, *, low: float | None = None, high: float | Non
     return result
 
 
-def integer(value: Any, flag: str, *, low: int | None = None) -> int:
-    """An integer (``>= low``)."""
+def integer(value: Any, flag: str, *, low: int | None = None, high: int | None = None) -> int:
+    """An integer (``>= low`` and ``<= high``)."""
     if isinstance(value, bool) or not str(value).strip().lstrip("-").isdigit():
         raise MonitorError(f"{flag}: expected an integer, got {value!r}")
     result = int(str(value).strip())
     if low is not None and result < low:
         raise MonitorError(f"{flag}: must be >= {low}, got {result}")
+    if high is not None and result > high:
+        raise MonitorError(f"{flag}: must be <= {high}, got {result}")
     return result
+
+
+def port(value: Any, flag: str) -> int:
+    """A TCP port number, 0..65535 (0: any free port)."""
+    return integer(value, flag, low=0, high=65535)
 
 
 def choice(value: Any, flag: str, allowed: tuple[str, ...]) -> str:
@@ -146,16 +153,9 @@ def load_config_file(path: Path) -> dict[str, Any]:
         MonitorError: unreadable or not a mapping.
         UnknownNameError: a key that is not a daemon option (with suggestions).
     """
-    import yaml
+    from gpuplan.userfile import read_yaml
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise MonitorError(f"--config: cannot read {path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise MonitorError(
-            f"--config: {path} is not valid YAML: {' '.join(str(exc).split())}"
-        ) from exc
+    data = read_yaml(path, what="--config", error=MonitorError, mapping=False)
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -56,7 +56,9 @@ def hf_config_dict(model_ref: str) -> dict[str, Any]:
     """The Hugging Face config of a preset (shipped JSON) or a config.json path."""
     path = Path(model_ref)
     if path.suffix == ".json" and path.is_file():
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        from gpuplan.userfile import read_json
+
+        data: dict[str, Any] = read_json(path, what="model", error=SpecError)
         return data
     from gpuplan.models import load_model
 
