@@ -15,6 +15,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "units": 0,
     "userfile": 0,
+    "schema_base": 0,
     "<root>": 0,
     "models": 1,
     "catalog": 1,
