@@ -1,0 +1,107 @@
+"""Build a ready-to-run fleet controller from raw option values.
+
+The wiring behind ``gpuplan watch fleet``: the removal action (``--aws-asg``
+or ``--command``), the drain hook, the webhook and the Prometheus sampler.
+Keys of ``raw`` are the flag names without ``--``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpuplan.errors import MonitorError
+from gpuplan.monitor.actions import Action, ActionPlan, CommandAction, PreStopHook, WebhookAction
+from gpuplan.monitor.clock import SystemClock
+from gpuplan.monitor.config import argv_of, boolean, duration, integer, number
+from gpuplan.monitor.fleet import FleetAgent, FleetConfig, FleetPolicy, PrometheusFleetSampler
+from gpuplan.monitor.prometheus import PrometheusClient
+
+
+def fleet_config(raw: Mapping[str, Any]) -> FleetConfig:
+    """The :class:`FleetConfig` from the fleet flags."""
+    return FleetConfig(
+        scale_in_below_pct=number(raw["scale-in-below"], "--scale-in-below", low=0, high=100),
+        window_s=duration(raw["window"], "--window"),
+        interval_s=duration(raw["interval"], "--interval"),
+        cooldown_s=duration(raw["cooldown"], "--cooldown"),
+        min_size=integer(raw["min-size"], "--min-size", low=0),
+        warmup_s=duration(raw["warmup"], "--warmup"),
+    )
+
+
+def build_fleet_plan(raw: Mapping[str, Any], cfg: FleetConfig) -> ActionPlan:
+    """Drain hook -> webhook -> removal (``--aws-asg`` or ``--command``)."""
+    aws_asg = boolean(raw.get("aws-asg", False), "--aws-asg")
+    command = raw.get("command")
+    if aws_asg and command:
+        raise MonitorError("--aws-asg and --command both given: choose one removal action")
+    main: Action | None = None
+    if aws_asg:
+        from gpuplan.monitor.aws import AsgScaleInAction
+
+        main = AsgScaleInAction(
+            min_size=cfg.min_size,
+            group=str(raw["group"]),
+            region=_opt_str(raw.get("region")),
+            endpoint_url=_opt_str(raw.get("aws-endpoint-url")),
+        )
+    elif command:
+        main = CommandAction(argv_of(command, "--command"))
+    webhook = raw.get("webhook")
+    if boolean(raw.get("execute", False), "--execute") and main is None and not webhook:
+        raise MonitorError(
+            "--execute: no removal action configured", hint="add --aws-asg, --command or --webhook"
+        )
+    drain = raw.get("drain-hook")
+    return ActionPlan(
+        pre_stop=PreStopHook(
+            argv_of(drain, "--drain-hook"),
+            timeout_s=duration(raw.get("drain-timeout", "5m"), "--drain-timeout"),
+            name="drain-hook",
+        )
+        if drain
+        else None,
+        notify=WebhookAction(str(webhook), event="scale-in") if webhook else None,
+        main=main,
+    )
+
+
+def build_fleet_sampler(raw: Mapping[str, Any]) -> PrometheusFleetSampler:
+    """The Prometheus poller for the group."""
+    scale = raw.get("metric-scale")
+    return PrometheusFleetSampler(
+        PrometheusClient(str(raw["prometheus"])),
+        group=str(raw["group"]),
+        group_label=str(raw.get("group-label", "group")),
+        instance_label=str(raw.get("instance-label", "instance")),
+        metric=str(raw.get("metric", "DCGM_FI_DEV_GPU_UTIL")),
+        scale=None if scale is None else number(scale, "--metric-scale", low=0),
+    )
+
+
+def open_fleet(
+    raw: Mapping[str, Any],
+    *,
+    sleep: Callable[[float], object],
+    on_decision: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[FleetAgent, int | None]:
+    """Validate the fleet flags; return the controller and ``--max-steps``."""
+    cfg = fleet_config(raw)
+    plan = build_fleet_plan(raw, cfg)
+    sampler = build_fleet_sampler(raw)
+    steps = raw.get("max-steps")
+    agent = FleetAgent(
+        poll=sampler.poll,
+        policy=FleetPolicy(cfg),
+        plan=plan,
+        clock=SystemClock(),
+        sleep=sleep,
+        execute=boolean(raw.get("execute", False), "--execute"),
+        on_decision=on_decision,
+    )
+    return agent, None if steps is None else integer(steps, "--max-steps", low=1)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
