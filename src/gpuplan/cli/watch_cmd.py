@@ -20,6 +20,7 @@ import typer
 from gpuplan.cli.watch_common import (
     DURATION,
     Execute,
+    Force,
     Json,
     LogLevel,
     MaxSteps,
@@ -58,6 +59,7 @@ _POLICY_KEYS = (
     "memory-threshold-mib",
     "unknown-alert",
     "max-gap",
+    "force",
 )
 
 Threshold = Annotated[
@@ -151,6 +153,7 @@ def watch(  # noqa: PLR0913 - one parameter per CLI option; the body only dispat
     memory_threshold_mib: MemoryThreshold = "1024",
     unknown_alert: UnknownAlert = "15m",
     max_gap: MaxGap = None,
+    force: Force = False,
     replay: Annotated[
         Path | None,
         typer.Option(

@@ -14,6 +14,7 @@ import typer
 from gpuplan.cli.watch_common import (
     DURATION,
     Execute,
+    Force,
     Json,
     LogLevel,
     MaxSteps,
@@ -145,6 +146,7 @@ def fleet(
             "--aws-endpoint-url", metavar="URL", help="AWS endpoint override (moto for tests)."
         ),
     ] = None,
+    force: Force = False,
     execute: Execute = False,
     max_steps: MaxSteps = None,
     json_out: Json = False,

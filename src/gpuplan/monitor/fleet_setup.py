@@ -13,18 +13,27 @@ from typing import Any
 from gpuplan.errors import MonitorError
 from gpuplan.monitor.actions import Action, ActionPlan, CommandAction, PreStopHook, WebhookAction
 from gpuplan.monitor.clock import SystemClock
-from gpuplan.monitor.config import argv_of, boolean, duration, integer, number
+from gpuplan.monitor.config import (
+    argv_of,
+    boolean,
+    check_executable,
+    duration,
+    idle_timing,
+    integer,
+    number,
+)
 from gpuplan.monitor.fleet import FleetAgent, FleetConfig, FleetPolicy, PrometheusFleetSampler
 from gpuplan.monitor.prometheus import PrometheusClient
 
 
 def fleet_config(raw: Mapping[str, Any]) -> FleetConfig:
     """The :class:`FleetConfig` from the fleet flags."""
+    timing = idle_timing(raw)
     return FleetConfig(
         scale_in_below_pct=number(raw["scale-in-below"], "--scale-in-below", low=0, high=100),
-        window_s=duration(raw["window"], "--window"),
-        interval_s=duration(raw["interval"], "--interval"),
-        cooldown_s=duration(raw["cooldown"], "--cooldown"),
+        window_s=timing.window_s,
+        interval_s=timing.interval_s,
+        cooldown_s=timing.cooldown_s,
         min_size=integer(raw["min-size"], "--min-size", low=0),
         warmup_s=duration(raw["warmup"], "--warmup"),
     )
@@ -46,10 +55,14 @@ def build_fleet_plan(raw: Mapping[str, Any], cfg: FleetConfig) -> ActionPlan:
             region=_opt_str(raw.get("region")),
             endpoint_url=_opt_str(raw.get("aws-endpoint-url")),
         )
-    elif command:
-        main = CommandAction(argv_of(command, "--command"))
+    execute = boolean(raw.get("execute", False), "--execute")
+    if command:
+        argv = argv_of(command, "--command")
+        if execute:
+            check_executable(argv, "--command")
+        main = CommandAction(argv)
     webhook = raw.get("webhook")
-    if boolean(raw.get("execute", False), "--execute") and main is None and not webhook:
+    if execute and main is None and not webhook:
         raise MonitorError(
             "--execute: no removal action configured", hint="add --aws-asg, --command or --webhook"
         )
