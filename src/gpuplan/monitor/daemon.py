@@ -53,12 +53,15 @@ class StepOutcome:
         record: the stored record.
         results: action results (empty unless an action ran).
         rechecked: whether a due decision triggered a fresh re-check.
+        aborted: why the action was aborted after its hooks ran (the re-check
+            after the hooks found the machine no longer idle), else ``None``.
     """
 
     decision: Decision
     record: dict[str, Any]
     results: tuple[ActionResult, ...] = ()
     rechecked: bool = False
+    aborted: str | None = None
 
 
 class Agent:
@@ -145,6 +148,7 @@ class Agent:
         record = decision_record(decision, obs)
         results: tuple[ActionResult, ...] = ()
         rechecked = False
+        aborted = None
         if decision.action is not None:
             rechecked = True
             self._persist(record)
@@ -161,20 +165,27 @@ class Agent:
                     confirm.reason,
                 )
             else:
-                results = self._act(confirm, record)
+                results, aborted = self._act(confirm, record)
         self._persist(record)
         self._log(decision, record)
         if self.metrics is not None:
             self.metrics.observe(obs.sample, decision, self.clock.wall())
             self.metrics.record_actions(results)
         outcome = StepOutcome(
-            decision=decision, record=record, results=results, rechecked=rechecked
+            decision=decision, record=record, results=results, rechecked=rechecked, aborted=aborted
         )
         if self.on_step is not None:
             self.on_step(outcome)
         return outcome
 
-    def _act(self, decision: Decision, record: dict[str, Any]) -> tuple[ActionResult, ...]:
+    def _act(
+        self, decision: Decision, record: dict[str, Any]
+    ) -> tuple[tuple[ActionResult, ...], str | None]:
+        """Write-ahead, run the hooks, re-check, then the main action (or abort).
+
+        Returns:
+            The action results and the abort reason (``None`` when not aborted).
+        """
         assert decision.action is not None  # noqa: S101 - caller checked
         self.state = self.policy.record_action(self.state, decision.t_s)
         self._save_policy()  # write-ahead: a crash from here on cannot cause a second action
@@ -197,18 +208,32 @@ class Agent:
             json.dumps(record["readings"]),
         )
         ctx = ActionContext(reason=decision.reason, decision=record)
-        results = self.plan.run(ctx, execute=self.execute)
+        results = self.plan.run_hooks(ctx, execute=self.execute)
+        aborted = None
+        if self.plan.has_hooks:
+            # The hooks may have run for minutes: one more sample, immediately before acting.
+            post = self.observe()
+            self.state, after = self.policy.confirm_after_hooks(self.state, post)
+            record["after_hooks"] = decision_record(after, post)
+            if after.action is None:
+                aborted = after.reason
+                record["action"] = None
+                record["aborted"] = {"action": decision.action, "reason": after.reason}
+                log.warning("%s", after.reason)
+        if aborted is None:
+            results += self.plan.run_main(ctx, execute=self.execute)
         for r in results:
             (log.info if r.ok else log.error)("action %s: %s", r.action, r.detail)
         record["results"] = to_record(results)
         if self.store is not None and action_id is not None:
-            status = (
-                "dry-run"
-                if not self.execute
-                else ("done" if all(r.ok for r in results) else "failed")
-            )
-            self.store.finish_action(action_id, status, record["results"])
-        return results
+            if aborted is not None:
+                status = "aborted"
+            elif not self.execute:
+                status = "dry-run"
+            else:
+                status = "done" if all(r.ok for r in results) else "failed"
+            self.store.finish_action(action_id, status, record["results"], note=aborted or "")
+        return results, aborted
 
     def _save_policy(self) -> None:
         if self.store is not None:

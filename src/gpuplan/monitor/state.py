@@ -170,11 +170,17 @@ class StateStore:
         )
         return int(cur.lastrowid or 0)
 
-    def finish_action(self, action_id: int, status: str, results: list[dict[str, Any]]) -> None:
-        """Record how an action ended (``done``, ``failed``, ``dry-run``)."""
+    def finish_action(
+        self, action_id: int, status: str, results: list[dict[str, Any]], *, note: str = ""
+    ) -> None:
+        """Record how an action ended (``done``, ``failed``, ``dry-run``, ``aborted``).
+
+        ``note`` (why it was aborted) is appended to the stored reason.
+        """
         self.db.execute(
-            "UPDATE actions SET status = ?, results = ? WHERE id = ?",
-            (status, json.dumps(results), action_id),
+            "UPDATE actions SET status = ?, results = ?, "
+            "reason = reason || CASE WHEN ? = '' THEN '' ELSE '; ' || ? END WHERE id = ?",
+            (status, json.dumps(results), note, note, action_id),
         )
 
     def status(self) -> StoredStatus:
