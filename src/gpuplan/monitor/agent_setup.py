@@ -26,6 +26,7 @@ from gpuplan.monitor.config import (
     policy_config,
 )
 from gpuplan.monitor.daemon import Agent, StepOutcome
+from gpuplan.monitor.lock import StateLock
 from gpuplan.monitor.metrics import WatchMetrics
 from gpuplan.monitor.policy import IdlePolicy
 from gpuplan.monitor.recorder import ReplayRecorder
@@ -51,7 +52,7 @@ class AgentRun:
     closers: list[Callable[[], object]] = field(default_factory=list)
 
     def close(self) -> None:
-        """Close the recorder and the store."""
+        """Close the recorder and the store, then release the state lock."""
         if self.recorder is not None:
             self.recorder.close()
         self.store.close()
@@ -101,8 +102,14 @@ def open_agent(
         if raw.get("metrics-port") is None
         else integer(raw["metrics-port"], "--metrics-port", low=0)
     )
-    store = StateStore(state_path(raw))
-    closers: list[Callable[[], object]] = []
+    path = state_path(raw)
+    lock = StateLock(path).acquire()  # one agent per state file, before the database is opened
+    try:
+        store = StateStore(path)
+    except BaseException:
+        lock.release()
+        raise
+    closers: list[Callable[[], object]] = [lock.release]
     recorder = None
     try:
         metrics = None
@@ -129,6 +136,7 @@ def open_agent(
         )
     except BaseException:
         store.close()
+        lock.release()
         raise
     return AgentRun(
         agent=agent, max_steps=max_steps, store=store, recorder=recorder, closers=closers
