@@ -21,7 +21,7 @@ import pytest
 from watch_helpers import DATA, gpu_csv
 
 from gpuplan.errors import MonitorError
-from gpuplan.monitor.lock import StateLock, lock_path
+from gpuplan.monitor.lock import StateLock, live_note, lock_path
 
 Cli = Callable[..., Any]
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -92,3 +92,21 @@ def test_two_agents_on_one_state_file(cli: Cli, tmp_path: Path) -> None:
         "error",
     )
     assert again.exit_code == 0, again.output
+
+
+def test_storage_alert_reaches_watch_status_through_the_lock_file(cli: Cli, tmp_path: Path) -> None:
+    state = tmp_path / "watch.db"
+    ran = cli("watch", "--state", str(state), "--nvidia-smi", "true", "--max-steps", "1")
+    assert ran.exit_code == 0, ran.output
+    assert live_note(state) is None
+    with StateLock(state) as lock:  # stands in for a running agent whose writes fail
+        lock.note("state file cannot be written (OperationalError: database is locked)")
+        assert live_note(state) is not None
+        text = cli("watch", "status", "--state", str(state))
+        assert "ALERT: state file cannot be written" in text.stdout
+        as_json = json.loads(cli("watch", "status", "--state", str(state), "--json").stdout)
+        assert "database is locked" in as_json["storage_alert"]
+        lock.note(None)
+        assert live_note(state) is None
+    lock_path(state).write_text("123\nstale alert\n")
+    assert live_note(state) is None  # nobody holds the lock: no agent, no alert

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 from typing import Annotated
@@ -28,20 +29,19 @@ def status(
     """Show the idle clock, the current verdict per GPU and the reason for any stop."""
     from gpuplan.monitor.clock import read_boot_id
     from gpuplan.monitor.config import default_state_path
+    from gpuplan.monitor.lock import live_note
     from gpuplan.monitor.state import StateStore
     from gpuplan.units import format_duration
 
     path = Path(state) if state else default_state_path()
-    if not path.exists():
-        raise MonitorError(
-            f"--state: no watch state at {path}",
-            hint="start the agent with 'gpuplan watch' or pass --state",
-        )
-    store = StateStore(path)
+    store = StateStore.open_read_only(path)  # never creates or changes a file
     try:
         st = store.status()
+    except sqlite3.Error as exc:
+        raise MonitorError(f"--state: cannot read {path}: {exc}") from exc
     finally:
         store.close()
+    storage_alert = live_note(path)
     step = st.last_step or {}
     cfg = st.config or {}
     now = time.time()
@@ -57,12 +57,15 @@ def status(
         "execute": bool(cfg.get("execute")),
         "reason": step.get("reason"),
         "alert": step.get("alert"),
+        "storage_alert": storage_alert,
         "gpus": step.get("gpus", []),
         "last_action": st.last_action,
     }
     if json_out:
         echo_json(info)
         return
+    if storage_alert:
+        typer.echo(f"ALERT: {storage_alert}")
     if not step:
         typer.echo(f"no observation recorded yet in {path}")
         return
@@ -77,10 +80,11 @@ def status(
     if step.get("alert"):
         typer.echo(f"ALERT: {step['alert']}")
     for g in step.get("gpus", []):
-        typer.echo(f"  {g['uuid']}: {g['state']} ({g['why']})")
+        typer.echo(f"  {g.get('uuid')}: {g.get('state')} ({g.get('why')})")
     act = st.last_action
     if act:
-        ago = format_duration(max(now - float(act["wall"]), 0.0))
+        ago = format_duration(max(now - float(act["wall"] or 0.0), 0.0))
         typer.echo(f"last action: {act['action']} {ago} ago, {act['status']}: {act['reason']}")
         for r in act.get("results", []):
-            typer.echo(f"  {r['action']}: {r['detail']}")
+            if isinstance(r, dict):
+                typer.echo(f"  {r.get('action')}: {r.get('detail')}")

@@ -105,7 +105,10 @@ def open_agent(
     path = state_path(raw)
     lock = StateLock(path).acquire()  # one agent per state file, before the database is opened
     try:
-        store = StateStore(path)
+        # A lock held by another program must not stall sampling for long: wait at most a
+        # third of an interval per write, then raise the storage alert and retry next step.
+        wait_s = min(10.0, max(0.1, policy.config.interval_s / 3))
+        store = StateStore(path, timeout_s=wait_s)
     except BaseException:
         lock.release()
         raise
@@ -133,6 +136,7 @@ def open_agent(
             settings=settings,
             on_observation=recorder,
             on_step=on_step,
+            on_storage_alert=lock.note,
         )
     except BaseException:
         store.close()

@@ -66,6 +66,22 @@ class StateLock:
         self._fd = fd
         return self
 
+    def note(self, text: str | None) -> None:
+        """Publish (or clear) an alert in the lock file for ``watch status``; best effort.
+
+        The file holds the PID on its first line and the alert, if any, on the
+        second. It lives beside the database but is written through a file that
+        is already open, so it often still works when the database cannot be.
+        """
+        if self._fd is None:
+            return
+        body = f"{os.getpid()}\n" + ("" if text is None else " ".join(text.split()) + "\n")
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, body.encode("utf-8", "replace"), 0)
+        except OSError:
+            pass
+
     def release(self) -> None:
         """Drop the lock (idempotent). The file stays: deleting it would race a new holder."""
         if self._fd is not None:
@@ -81,7 +97,27 @@ class StateLock:
 
 def _read_pid(fd: int) -> int | None:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").split("\n", 1)[0].strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None
+
+
+def live_note(state: Path) -> str | None:
+    """The alert a *running* agent published for ``state`` (``None`` if none or no agent).
+
+    Opens the lock file read-only and never creates it.
+    """
+    try:
+        fd = os.open(lock_path(state), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            lines = os.pread(fd, 4096, 0).decode("utf-8", "replace").splitlines()
+            return lines[1].strip() if len(lines) > 1 and lines[1].strip() else None
+        return None  # nobody holds the lock: no agent is running, any note is stale
+    finally:
+        os.close(fd)
