@@ -109,6 +109,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     )
     port = free_port()
     base = f"http://127.0.0.1:{port}"
+    log = (tmp / "prometheus.log").open("w")
     proc = subprocess.Popen(  # noqa: S603
         [
             shutil.which("prometheus") or "prometheus",
@@ -118,7 +119,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "--log.level=warn",
         ],
         stdout=subprocess.DEVNULL,
-        stderr=(tmp / "prometheus.log").open("w"),
+        stderr=log,
     )
     try:
         deadline = time.monotonic() + 20
@@ -141,6 +142,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        log.close()
         for e in exporters.values():
             e.stop()
 

@@ -88,6 +88,14 @@ def fleet(
     cooldown: Annotated[
         str, typer.Option("--cooldown", metavar=DURATION, help="At most one removal per cooldown.")
     ] = "10m",
+    max_gap: Annotated[
+        str | None,
+        typer.Option(
+            "--max-gap",
+            metavar=DURATION,
+            help="A longer gap between polls restarts the idle clocks [default: 3 x --interval].",
+        ),
+    ] = None,
     min_size: Annotated[
         str, typer.Option("--min-size", metavar="N", help="Never go below N instances.")
     ] = "1",
@@ -146,6 +154,28 @@ def fleet(
             "--aws-endpoint-url", metavar="URL", help="AWS endpoint override (moto for tests)."
         ),
     ] = None,
+    scrape_interval: Annotated[
+        str,
+        typer.Option(
+            "--scrape-interval",
+            metavar=DURATION,
+            help=(
+                "Prometheus' scrape interval for the group; a sample older than twice this "
+                "is unknown ('auto': each target's own, from /api/v1/targets)."
+            ),
+        ),
+    ] = "auto",
+    state: Annotated[
+        str | None,
+        typer.Option(
+            "--state",
+            metavar="PATH",
+            help=(
+                "SQLite journal of removals, kept across restarts [default: fleet-GROUP.db "
+                "beside the agent's default state file]."
+            ),
+        ),
+    ] = None,
     force: Force = False,
     execute: Execute = False,
     max_steps: MaxSteps = None,
@@ -158,9 +188,12 @@ def fleet(
 
     setup_logging(log_level)
     stop = threading.Event()
-    agent, steps = open_fleet(raw, sleep=stop.wait, on_decision=echo_json if json_out else None)
+    agent, steps, close = open_fleet(
+        raw, sleep=stop.wait, on_decision=echo_json if json_out else None
+    )
     previous = stop_on_signals(stop)
     try:
         agent.run(max_steps=steps, stop=stop)
     finally:
         restore_signals(previous)
+        close()

@@ -221,7 +221,8 @@ def idle_timing(raw: Mapping[str, Any]) -> IdleTiming:
     cooldown = duration(raw["cooldown"], "--cooldown")
     max_gap = raw.get("max-gap")
     force = boolean(raw.get("force", False), "--force")
-    if interval > 0 and window < MIN_INTERVALS_PER_WINDOW * interval and not force:
+    shortest = MIN_INTERVALS_PER_WINDOW * interval * (1 - 1e-9)  # 150ms = 3 x 50ms exactly
+    if interval > 0 and window < shortest and not force:
         raise MonitorError(
             f"--window: {raw['window']} is shorter than {MIN_INTERVALS_PER_WINDOW} x --interval "
             f"{raw['interval']}, too few samples to call the machine idle",

@@ -7,7 +7,9 @@ Keys of ``raw`` are the flag names without ``--``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import MonitorError
@@ -17,12 +19,15 @@ from gpuplan.monitor.config import (
     argv_of,
     boolean,
     check_executable,
+    default_state_path,
     duration,
     idle_timing,
     integer,
     number,
 )
 from gpuplan.monitor.fleet import FleetAgent, FleetConfig, FleetPolicy, PrometheusFleetSampler
+from gpuplan.monitor.fleet_journal import FleetJournal
+from gpuplan.monitor.lock import StateLock
 from gpuplan.monitor.prometheus import PrometheusClient
 
 
@@ -36,6 +41,7 @@ def fleet_config(raw: Mapping[str, Any]) -> FleetConfig:
         cooldown_s=timing.cooldown_s,
         min_size=integer(raw["min-size"], "--min-size", low=0),
         warmup_s=duration(raw["warmup"], "--warmup"),
+        max_gap_s=timing.max_gap_s,
     )
 
 
@@ -83,6 +89,10 @@ def build_fleet_plan(raw: Mapping[str, Any], cfg: FleetConfig) -> ActionPlan:
 def build_fleet_sampler(raw: Mapping[str, Any]) -> PrometheusFleetSampler:
     """The Prometheus poller for the group."""
     scale = raw.get("metric-scale")
+    scrape = raw.get("scrape-interval") or "auto"
+    scrape_s = None if scrape == "auto" else duration(scrape, "--scrape-interval")
+    if scrape_s is not None and scrape_s <= 0:
+        raise MonitorError("--scrape-interval: must be > 0")
     return PrometheusFleetSampler(
         PrometheusClient(str(raw["prometheus"])),
         group=str(raw["group"]),
@@ -90,7 +100,16 @@ def build_fleet_sampler(raw: Mapping[str, Any]) -> PrometheusFleetSampler:
         instance_label=str(raw.get("instance-label", "instance")),
         metric=str(raw.get("metric", "DCGM_FI_DEV_GPU_UTIL")),
         scale=None if scale is None else number(scale, "--metric-scale", low=0),
+        scrape_interval_s=scrape_s,
     )
+
+
+def fleet_state_path(raw: Mapping[str, Any]) -> Path:
+    """``--state``, or ``fleet-<group>.db`` beside the agent's default state file."""
+    if raw.get("state"):
+        return Path(str(raw["state"]))
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(raw["group"]))[:100] or "group"
+    return default_state_path().with_name(f"fleet-{slug}.db")
 
 
 def open_fleet(
@@ -98,12 +117,28 @@ def open_fleet(
     *,
     sleep: Callable[[float], object],
     on_decision: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[FleetAgent, int | None]:
-    """Validate the fleet flags; return the controller and ``--max-steps``."""
+) -> tuple[FleetAgent, int | None, Callable[[], None]]:
+    """Validate the fleet flags; return the controller, ``--max-steps`` and a closer.
+
+    The removals journal (``--state``) is locked: one controller per journal.
+    """
     cfg = fleet_config(raw)
     plan = build_fleet_plan(raw, cfg)
     sampler = build_fleet_sampler(raw)
     steps = raw.get("max-steps")
+    max_steps = None if steps is None else integer(steps, "--max-steps", low=1)
+    path = fleet_state_path(raw)
+    lock = StateLock(path).acquire()
+    try:
+        journal = FleetJournal(path, str(raw["group"]))
+    except BaseException:
+        lock.release()
+        raise
+
+    def close() -> None:
+        journal.close()
+        lock.release()
+
     agent = FleetAgent(
         poll=sampler.poll,
         policy=FleetPolicy(cfg),
@@ -112,8 +147,9 @@ def open_fleet(
         sleep=sleep,
         execute=boolean(raw.get("execute", False), "--execute"),
         on_decision=on_decision,
+        journal=journal,
     )
-    return agent, None if steps is None else integer(steps, "--max-steps", low=1)
+    return agent, max_steps, close
 
 
 def _opt_str(value: Any) -> str | None:
