@@ -102,8 +102,14 @@ def open_agent(
         if raw.get("metrics-port") is None
         else integer(raw["metrics-port"], "--metrics-port", low=0)
     )
+    recorder = ReplayRecorder(Path(str(raw["record"])), sampler) if raw.get("record") else None
     path = state_path(raw)
-    lock = StateLock(path).acquire()  # one agent per state file, before the database is opened
+    try:
+        lock = StateLock(path).acquire()
+    except BaseException:
+        if recorder is not None:
+            recorder.close()
+        raise  # one agent per state file, before the database is opened
     try:
         # A lock held by another program must not stall sampling for long: wait at most a
         # third of an interval per write, then raise the storage alert and retry next step.
@@ -111,16 +117,15 @@ def open_agent(
         store = StateStore(path, timeout_s=wait_s)
     except BaseException:
         lock.release()
+        if recorder is not None:
+            recorder.close()
         raise
     closers: list[Callable[[], object]] = [lock.release]
-    recorder = None
     try:
         metrics = None
         if metrics_port is not None:
             metrics = WatchMetrics(policy.config.window_s)
             metrics.serve(metrics_port, str(raw["metrics-addr"]))
-        if raw.get("record"):
-            recorder = ReplayRecorder(Path(str(raw["record"])), sampler)
         settings = {k: v for k, v in raw.items() if k not in ("webhook",)}
         agent = Agent(
             sampler=sampler,
@@ -141,6 +146,8 @@ def open_agent(
     except BaseException:
         store.close()
         lock.release()
+        if recorder is not None:
+            recorder.close()
         raise
     return AgentRun(
         agent=agent, max_steps=max_steps, store=store, recorder=recorder, closers=closers

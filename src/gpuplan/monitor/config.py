@@ -333,14 +333,14 @@ def build_probes(raw: Mapping[str, Any], clock: Clock) -> list[HostProbe]:
 def build_plan(raw: Mapping[str, Any], *, event: str = "idle-stop") -> ActionPlan:
     """The action plan from ``--command``/``--aws``, ``--webhook`` and ``--pre-stop``."""
     main: Any = None
-    if raw.get("command") and raw.get("aws"):
+    if raw.get("command") is not None and raw.get("aws") is not None:
         raise MonitorError("--command and --aws both given: choose one stop action")
-    if raw.get("command"):
+    if raw.get("command") is not None:
         argv = argv_of(raw["command"], "--command")
         if boolean(raw.get("execute", False), "--execute"):
             check_executable(argv, "--command")
         main = CommandAction(argv)
-    elif raw.get("aws"):
+    elif raw.get("aws") is not None:
         from gpuplan.monitor.aws import AsgScaleInAction, AwsStopAction
 
         mode = choice(raw["aws"], "--aws", AWS_MODES)
@@ -363,7 +363,7 @@ def build_plan(raw: Mapping[str, Any], *, event: str = "idle-stop") -> ActionPla
             )
     notify = WebhookAction(str(raw["webhook"]), event=event) if raw.get("webhook") else None
     pre = None
-    if raw.get("pre-stop"):
+    if raw.get("pre-stop") is not None:
         pre = PreStopHook(
             argv_of(raw["pre-stop"], "--pre-stop"),
             timeout_s=duration(raw.get("pre-stop-timeout", "5m"), "--pre-stop-timeout"),

@@ -49,7 +49,7 @@ def build_fleet_plan(raw: Mapping[str, Any], cfg: FleetConfig) -> ActionPlan:
     """Drain hook -> webhook -> removal (``--aws-asg`` or ``--command``)."""
     aws_asg = boolean(raw.get("aws-asg", False), "--aws-asg")
     command = raw.get("command")
-    if aws_asg and command:
+    if aws_asg and command is not None:
         raise MonitorError("--aws-asg and --command both given: choose one removal action")
     main: Action | None = None
     if aws_asg:
@@ -62,7 +62,7 @@ def build_fleet_plan(raw: Mapping[str, Any], cfg: FleetConfig) -> ActionPlan:
             endpoint_url=_opt_str(raw.get("aws-endpoint-url")),
         )
     execute = boolean(raw.get("execute", False), "--execute")
-    if command:
+    if command is not None:
         argv = argv_of(command, "--command")
         if execute:
             check_executable(argv, "--command")
@@ -79,7 +79,7 @@ def build_fleet_plan(raw: Mapping[str, Any], cfg: FleetConfig) -> ActionPlan:
             timeout_s=duration(raw.get("drain-timeout", "5m"), "--drain-timeout"),
             name="drain-hook",
         )
-        if drain
+        if drain is not None
         else None,
         notify=WebhookAction(str(webhook), event="scale-in") if webhook else None,
         main=main,
