@@ -5,12 +5,12 @@ from __future__ import annotations
 from gpuplan.monitor.actions import ActionContext, ActionPlan, ActionResult
 from gpuplan.monitor.clock import FakeClock
 from gpuplan.monitor.fleet import (
-    FleetAgent,
     FleetConfig,
     FleetObservation,
     FleetPolicy,
     InstanceReading,
 )
+from gpuplan.monitor.fleet_agent import FleetAgent
 from gpuplan.monitor.readings import State
 from gpuplan.monitor.samplers import fake_gpu
 

@@ -21,14 +21,14 @@ from watch_helpers import serve
 from gpuplan.monitor.actions import ActionContext, ActionPlan, ActionResult
 from gpuplan.monitor.clock import FakeClock
 from gpuplan.monitor.fleet import (
-    FleetAgent,
     FleetConfig,
     FleetObservation,
     FleetPolicy,
     InstanceReading,
-    PrometheusFleetSampler,
 )
+from gpuplan.monitor.fleet_agent import FleetAgent
 from gpuplan.monitor.fleet_journal import FleetJournal
+from gpuplan.monitor.fleet_sampler import PrometheusFleetSampler
 from gpuplan.monitor.prometheus import PrometheusClient, prometheus_duration_s
 from gpuplan.monitor.samplers import fake_gpu
 

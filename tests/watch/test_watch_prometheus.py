@@ -23,7 +23,9 @@ from gpuplan.monitor.actions import (
     PreStopHook,
 )
 from gpuplan.monitor.clock import SystemClock
-from gpuplan.monitor.fleet import FleetAgent, FleetConfig, FleetPolicy, PrometheusFleetSampler
+from gpuplan.monitor.fleet import FleetConfig, FleetPolicy
+from gpuplan.monitor.fleet_agent import FleetAgent
+from gpuplan.monitor.fleet_sampler import PrometheusFleetSampler
 from gpuplan.monitor.prometheus import PrometheusClient, PrometheusSampler
 
 pytestmark = pytest.mark.skipif(

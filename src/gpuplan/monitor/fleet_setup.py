@@ -25,8 +25,10 @@ from gpuplan.monitor.config import (
     integer,
     number,
 )
-from gpuplan.monitor.fleet import FleetAgent, FleetConfig, FleetPolicy, PrometheusFleetSampler
+from gpuplan.monitor.fleet import FleetConfig, FleetPolicy
+from gpuplan.monitor.fleet_agent import FleetAgent
 from gpuplan.monitor.fleet_journal import FleetJournal
+from gpuplan.monitor.fleet_sampler import PrometheusFleetSampler
 from gpuplan.monitor.lock import StateLock
 from gpuplan.monitor.prometheus import PrometheusClient
 
