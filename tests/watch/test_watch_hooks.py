@@ -166,3 +166,32 @@ def test_busy_during_pre_stop_hook_is_not_stopped_cli(cli: Cli, tmp_path: Path) 
     )
     assert result.exit_code == 0, result.output
     assert stopped.exists()
+
+
+def test_issue_repro_gpus_busy_2_6_s_into_a_4_s_pre_stop(cli: Cli, tmp_path: Path) -> None:
+    """Verbatim timing from the issue: idle at start, 99 % from 2.6 s, `--pre-stop "sleep 4"`."""
+    import threading
+    import time
+
+    script = tmp_path / "smi.json"
+    idle = {"gpu": gpu_csv([0.0, 0.0]), "gpu_exit": 0, "apps": "", "apps_exit": 0}
+    script.write_text(json.dumps(idle))
+    smi = f"{sys.executable} {DATA / 'fake_nvidia_smi.py'} {script}"
+    stopped = tmp_path / "STOPPED"
+    touch = f'{sys.executable} -c "import pathlib; pathlib.Path({str(stopped)!r}).touch()"'
+
+    def switch() -> None:
+        time.sleep(2.6)
+        script.write_text(json.dumps({**idle, "gpu": gpu_csv([99.0, 99.0])}))
+
+    timer = threading.Thread(target=switch)
+    timer.start()
+    result = cli(
+        "watch", "--nvidia-smi", smi, "--state", str(tmp_path / "w.db"),
+        "--window", "1s", "--interval", "1s", "--force", "--max-steps", "4",
+        "--pre-stop", "sleep 4", "--pre-stop-timeout", "10s",
+        "--command", touch, "--execute", "--log-level", "error",
+    )  # fmt: skip
+    timer.join()
+    assert result.exit_code == 0, result.output
+    assert not stopped.exists()
