@@ -231,16 +231,22 @@ class StateStore:
         config: dict[str, Any],
         wall: float,
     ) -> None:
-        """Append step records ``(wall, record)`` and save the policy, in one transaction."""
-        self.db.execute("BEGIN IMMEDIATE")
+        """Append step records ``(wall, record)`` and save the policy, in one transaction.
+
+        On any failure (a lock, a full disk at COMMIT) the transaction is rolled
+        back, so the next call starts clean.
+        """
+        if self.db.in_transaction:
+            self._rollback()
         try:
+            self.db.execute("BEGIN IMMEDIATE")
             for step_wall, record in steps:
                 self.add_step(boot_id, step_wall, record)
             self.save_policy(boot_id, state, config, wall)
+            self.db.execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
-        self.db.execute("COMMIT")
 
     def _rollback(self) -> None:
         with contextlib.suppress(sqlite3.Error):
