@@ -9,7 +9,7 @@ Public API (everything else is internal)::
     daemon     Agent                                       the loop, with injectable clock and sleep
     clock      FakeClock, SystemClock                      FakeClock/FakeSampler are public test fakes
     replay     run_replay, contract_record                 the ``--replay`` contract
-    fleet      FleetPolicy, FleetAgent                     group scale-in from Prometheus
+    fleet      FleetPolicy, FleetAgent (fleet_agent)       group scale-in from Prometheus
 
 Importing this package imports no optional dependency (pynvml, boto3,
 prometheus-client are imported only by the modules that need them).
@@ -18,7 +18,8 @@ prometheus-client are imported only by the modules that need them).
 from gpuplan.monitor.actions import ActionPlan, CommandAction, PreStopHook, WebhookAction
 from gpuplan.monitor.clock import FakeClock, SystemClock
 from gpuplan.monitor.daemon import Agent
-from gpuplan.monitor.fleet import FleetAgent, FleetConfig, FleetPolicy
+from gpuplan.monitor.fleet import FleetConfig, FleetPolicy
+from gpuplan.monitor.fleet_agent import FleetAgent
 from gpuplan.monitor.policy import Decision, IdlePolicy, PolicyConfig
 from gpuplan.monitor.readings import GpuReading, GpuSample, Observation, State
 from gpuplan.monitor.replay import contract_record, run_replay
