@@ -341,7 +341,7 @@ def watch(  # noqa: PLR0913 - one parameter per CLI option; the body only dispat
         typer.Option(
             "--min-size",
             metavar="N",
-            help="--aws scale-in: never take the group below N instances.",
+            help="--aws/--alibaba/--tencent scale-in: never take the group below N instances.",
         ),
     ] = "1",
     asg_name: Annotated[
@@ -355,13 +355,15 @@ def watch(  # noqa: PLR0913 - one parameter per CLI option; the body only dispat
     instance_id: Annotated[
         str | None,
         typer.Option(
-            "--instance-id", metavar="ID", help="EC2 instance id [default: from instance metadata]."
+            "--instance-id",
+            metavar="ID",
+            help="Instance id (EC2/Alibaba i-..., Tencent ins-...) [default: from instance metadata].",
         ),
     ] = None,
     region: Annotated[
         str | None,
         typer.Option(
-            "--region", metavar="REGION", help="AWS region [default: from instance metadata]."
+            "--region", metavar="REGION", help="Cloud region [default: from instance metadata]."
         ),
     ] = None,
     aws_endpoint_url: Annotated[
@@ -370,6 +372,67 @@ def watch(  # noqa: PLR0913 - one parameter per CLI option; the body only dispat
             "--aws-endpoint-url",
             metavar="URL",
             help="AWS endpoint override (VPC endpoint, or a local moto server for tests).",
+        ),
+    ] = None,
+    alibaba: Annotated[
+        str | None,
+        typer.Option(
+            "--alibaba",
+            metavar="MODE",
+            help=(
+                "Alibaba Cloud action: stop this ECS instance (StopCharging: the GPU bill stops, "
+                "disks stay) or scale-in (leave its ESS scaling group)."
+            ),
+        ),
+    ] = None,
+    tencent: Annotated[
+        str | None,
+        typer.Option(
+            "--tencent",
+            metavar="MODE",
+            help=(
+                "Tencent Cloud action: stop this CVM instance (STOP_CHARGING) or scale-in "
+                "(leave its Auto Scaling group)."
+            ),
+        ),
+    ] = None,
+    keep_charging: Annotated[
+        bool,
+        typer.Option(
+            "--keep-charging",
+            help="--alibaba/--tencent stop: keep the instance's resources and its bill.",
+        ),
+    ] = False,
+    scaling_group: Annotated[
+        str | None,
+        typer.Option(
+            "--scaling-group",
+            metavar="GROUP_ID",
+            help="--alibaba/--tencent scale-in: refuse unless the instance is in this group.",
+        ),
+    ] = None,
+    alibaba_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--alibaba-endpoint",
+            metavar="URL",
+            help="Alibaba Cloud API endpoint override (VPC endpoint, or a local fake for tests).",
+        ),
+    ] = None,
+    tencent_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--tencent-endpoint",
+            metavar="URL",
+            help="Tencent Cloud API endpoint override (VPC endpoint, or a local fake for tests).",
+        ),
+    ] = None,
+    metadata_url: Annotated[
+        str | None,
+        typer.Option(
+            "--metadata-url",
+            metavar="URL",
+            help="Instance-metadata base URL for --alibaba/--tencent [default: the cloud's].",
         ),
     ] = None,
     webhook: Annotated[
@@ -547,7 +610,8 @@ def _run_daemon(raw: dict[str, Any], *, json_out: bool) -> None:
     plan = build_plan(raw)
     if execute and plan.main is None and plan.notify is None:
         raise MonitorError(
-            "--execute: no action configured", hint="add --command, --aws or --webhook"
+            "--execute: no action configured",
+            hint="add --command, --aws, --alibaba, --tencent or --webhook",
         )
     main = plan.main
     if execute and main is not None and hasattr(main, "resolve"):
@@ -789,6 +853,22 @@ def fleet(
             ),
         ),
     ] = False,
+    alibaba_ess: Annotated[
+        str | None,
+        typer.Option(
+            "--alibaba-ess",
+            metavar="GROUP_ID",
+            help="Remove via Alibaba Cloud ESS RemoveInstances from this scaling group.",
+        ),
+    ] = None,
+    tencent_asg: Annotated[
+        str | None,
+        typer.Option(
+            "--tencent-asg",
+            metavar="GROUP_ID",
+            help="Remove via Tencent Cloud Auto Scaling RemoveInstances from this group.",
+        ),
+    ] = None,
     command: Annotated[
         str | None,
         typer.Option(
@@ -806,13 +886,27 @@ def fleet(
         typer.Option(
             "--region",
             metavar="REGION",
-            help="AWS region for --aws-asg [default: instance metadata].",
+            help="Region for --aws-asg/--alibaba-ess/--tencent-asg [default: instance metadata].",
         ),
     ] = None,
     aws_endpoint_url: Annotated[
         str | None,
         typer.Option(
             "--aws-endpoint-url", metavar="URL", help="AWS endpoint override (moto for tests)."
+        ),
+    ] = None,
+    alibaba_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--alibaba-endpoint", metavar="URL", help="Alibaba Cloud ESS endpoint override."
+        ),
+    ] = None,
+    tencent_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--tencent-endpoint",
+            metavar="URL",
+            help="Tencent Cloud Auto Scaling endpoint override.",
         ),
     ] = None,
     execute: Execute = False,
@@ -838,7 +932,17 @@ def fleet(
     )
     if aws_asg and command:
         raise MonitorError("--aws-asg and --command both given: choose one removal action")
-    main: Any = None
+    from gpuplan.monitor.cloud import fleet_cloud_action
+
+    main: Any = fleet_cloud_action(
+        alibaba_ess=alibaba_ess,
+        tencent_asg=tencent_asg,
+        min_size=cfg.min_size,
+        region=region,
+        alibaba_endpoint=alibaba_endpoint,
+        tencent_endpoint=tencent_endpoint,
+        other="--aws-asg" if aws_asg else "--command" if command else None,
+    )
     if aws_asg:
         from gpuplan.monitor.aws import AsgScaleInAction
 
@@ -849,7 +953,8 @@ def fleet(
         main = CommandAction(argv_of(command, "--command"))
     if execute and main is None and webhook is None:
         raise MonitorError(
-            "--execute: no removal action configured", hint="add --aws-asg, --command or --webhook"
+            "--execute: no removal action configured",
+            hint="add --aws-asg, --alibaba-ess, --tencent-asg, --command or --webhook",
         )
     plan = ActionPlan(
         pre_stop=PreStopHook(
