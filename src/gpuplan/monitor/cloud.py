@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuplan.errors import MonitorError
+from gpuplan.errors import ActionError, MonitorError
 from gpuplan.monitor.actions import Action
 from gpuplan.monitor.cloud_meta import (
     ALIBABA,
@@ -70,7 +70,10 @@ def build_cloud_action(  # noqa: PLR0913 - one keyword per option
     if mode not in CLOUD_MODES:
         raise MonitorError(f"{spec.flag}: expected stop or scale-in, got {mode!r}")
     if instance_id is not None:
-        spec.check_instance_id(instance_id)
+        try:
+            spec.check_instance_id(instance_id)
+        except ActionError as exc:
+            raise MonitorError(f"--instance-id: {exc.message}") from exc
     if region is not None:
         check_region(region, spec)
     if metadata_url is not None:

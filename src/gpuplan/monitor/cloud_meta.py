@@ -71,7 +71,7 @@ class CloudSpec:
             ActionError: it is not.
         """
         if not re.fullmatch(self.id_pattern, value):
-            raise ActionError(f"{value!r} is not an {self.name} instance id ({self.id_example})")
+            raise ActionError(f"{value!r} is not an instance id of {self.name} ({self.id_example})")
         return value
 
 
@@ -102,7 +102,7 @@ TENCENT = CloudSpec(
 def check_region(value: str, spec: CloudSpec) -> str:
     """Validate a region id such as ``cn-hangzhou`` or ``ap-guangzhou``."""
     if not _REGION_RE.match(value):
-        raise ActionError(f"--region: {value!r} is not an {spec.name} region id (cn-hangzhou)")
+        raise ActionError(f"--region: {value!r} is not a region id of {spec.name} (cn-hangzhou)")
     return value
 
 
