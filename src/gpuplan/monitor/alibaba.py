@@ -55,7 +55,7 @@ class _AlibabaBase:
         """An SDK client for ``region`` with the default credential chain; cached."""
         if region not in self._clients:
             client_mod = load_sdk(f"{self._sdk}.client", ALIBABA)
-            config_mod = load_sdk("alibabacloud_tea_openapi.utils_models", ALIBABA)
+            config_mod = load_sdk("alibabacloud_tea_openapi.models", ALIBABA)
             cred_mod = load_sdk("alibabacloud_credentials.client", ALIBABA)
             config = config_mod.Config(
                 credential=cred_mod.Client(),
