@@ -151,6 +151,8 @@ class _AlibabaHandler(_Quiet):
         cloud.expect(p.get("RegionId") == "cn-hangzhou", f"DescribeScalingInstances {p}")
         ids = [v for k, v in p.items() if k.startswith("InstanceIds.")]
         cloud.expect(len(ids) == 1, f"DescribeScalingInstances ids {p}")
+        gid = p.get("ScalingGroupId")
+        cloud.expect(gid is not None, f"DescribeScalingInstances without a group {p}")
         rows = [
             {
                 "InstanceId": iid,
@@ -160,7 +162,7 @@ class _AlibabaHandler(_Quiet):
                 "CreationType": "AutoCreated",
             }
             for iid in ids
-            if iid in cloud.members
+            if iid in cloud.members and cloud.members[iid].group == gid
         ]
         self.reply(200, {"RequestId": "req-2", "TotalCount": len(rows), "ScalingInstances": rows})
 

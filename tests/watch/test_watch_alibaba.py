@@ -110,7 +110,9 @@ def test_instance_and_region_from_hardened_metadata(ali: FakeCloud) -> None:
 
 def test_scale_in_removes_only_this_instance(ali: FakeCloud) -> None:
     ali.add_group(GROUP, [ME, OTHER, THIRD], min_size=1)
-    action = EssScaleInAction(min_size=1, instance_id=ME, region=REGION, endpoint=ali.url)
+    action = EssScaleInAction(
+        min_size=1, group=GROUP, instance_id=ME, region=REGION, endpoint=ali.url
+    )
     dry = action.run(CTX, execute=False)
     assert dry.ok and not dry.executed and "RemoveInstances" in dry.detail
     assert ali.calls == []
@@ -125,18 +127,18 @@ def test_scale_in_removes_only_this_instance(ali: FakeCloud) -> None:
 
 def test_recycle_groups_keep_the_disks(ali: FakeCloud) -> None:
     ali.add_group(GROUP, [ME, OTHER], min_size=0, policy="recycle")
-    result = EssScaleInAction(min_size=0, instance_id=ME, region=REGION, endpoint=ali.url).run(
-        CTX, execute=True
-    )
+    result = EssScaleInAction(
+        min_size=0, group=GROUP, instance_id=ME, region=REGION, endpoint=ali.url
+    ).run(CTX, execute=True)
     assert result.ok, result.detail
     assert ali.calls[-1][1]["RemovePolicy"] == "recycle"
 
 
 def test_scale_in_refuses_below_the_group_min_size(ali: FakeCloud) -> None:
     ali.add_group(GROUP, [ME, OTHER], min_size=2)
-    result = EssScaleInAction(min_size=0, instance_id=ME, region=REGION, endpoint=ali.url).run(
-        CTX, execute=True
-    )
+    result = EssScaleInAction(
+        min_size=0, group=GROUP, instance_id=ME, region=REGION, endpoint=ali.url
+    ).run(CTX, execute=True)
     assert not result.ok and not result.executed
     assert "below min size 2" in result.detail
     assert "RemoveInstances" not in ali.actions() and ali.removed == []
@@ -144,9 +146,9 @@ def test_scale_in_refuses_below_the_group_min_size(ali: FakeCloud) -> None:
 
 def test_scale_in_refuses_below_the_flag_min_size(ali: FakeCloud) -> None:
     ali.add_group(GROUP, [ME, OTHER], min_size=0)
-    result = EssScaleInAction(min_size=2, instance_id=ME, region=REGION, endpoint=ali.url).run(
-        CTX, execute=True
-    )
+    result = EssScaleInAction(
+        min_size=2, group=GROUP, instance_id=ME, region=REGION, endpoint=ali.url
+    ).run(CTX, execute=True)
     assert not result.ok and "below min size 2" in result.detail
     assert ali.removed == []
 
@@ -158,25 +160,29 @@ def test_scale_in_refuses_the_wrong_group_a_loner_and_a_protected_instance(
     wrong = EssScaleInAction(
         min_size=0, group="asg-someothergroup1", instance_id=ME, region=REGION, endpoint=ali.url
     ).run(CTX, execute=True)
-    assert not wrong.ok and "not 'asg-someothergroup1'" in wrong.detail
+    assert not wrong.ok and "not in scaling group 'asg-someothergroup1'" in wrong.detail
     ali.members[OTHER] = Member(group=GROUP, state="Protected")
     protected = EssScaleInAction(
-        min_size=0, instance_id=OTHER, region=REGION, endpoint=ali.url
+        min_size=0, group=GROUP, instance_id=OTHER, region=REGION, endpoint=ali.url
     ).run(CTX, execute=True)
     assert not protected.ok and "Protected" in protected.detail
     loner = EssScaleInAction(
-        min_size=0, instance_id="i-bp67acfmxazb4ph0none", region=REGION, endpoint=ali.url
+        min_size=0,
+        group=GROUP,
+        instance_id="i-bp67acfmxazb4ph0none",
+        region=REGION,
+        endpoint=ali.url,
     ).run(CTX, execute=True)
-    assert not loner.ok and "not in any scaling group" in loner.detail
+    assert not loner.ok and "not in scaling group" in loner.detail
     assert "RemoveInstances" not in ali.actions() and ali.removed == []
 
 
 def test_describe_error_is_a_refusal_not_a_traceback(ali: FakeCloud) -> None:
     ali.add_group(GROUP, [ME, OTHER], min_size=0)
     ali.fail["DescribeScalingGroups"] = (403, "Forbidden.RAM", "no ess:DescribeScalingGroups")
-    result = EssScaleInAction(min_size=0, instance_id=ME, region=REGION, endpoint=ali.url).run(
-        CTX, execute=True
-    )
+    result = EssScaleInAction(
+        min_size=0, group=GROUP, instance_id=ME, region=REGION, endpoint=ali.url
+    ).run(CTX, execute=True)
     assert not result.ok and not result.executed
     assert "Forbidden.RAM" in result.detail and ALI_SECRET not in result.detail
     assert ali.removed == []

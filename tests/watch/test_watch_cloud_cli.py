@@ -317,6 +317,7 @@ def test_bad_cloud_options_are_one_line_errors(
         (["--alibaba", "scale-in", "--keep-charging", *ali], ("--keep-charging",)),
         (["--alibaba", "stop", "--scaling-group", "asg-abcd1234", *ali], ("--scaling-group",)),
         (["--alibaba", "scale-in", "--scaling-group", "pool", *ali], ("not a scaling group id",)),
+        (["--alibaba", "scale-in", *ali], ("--scaling-group", "required")),
         (
             ["--tencent-endpoint", "http://127.0.0.1:1", "--alibaba", "stop", *ali],
             ("--tencent-endpoint",),

@@ -156,15 +156,14 @@ class EssScaleInAction(_AlibabaBase):
 
     ``aliyun ess RemoveInstances --ScalingGroupId G --InstanceIds.1 ID
     --DecreaseDesiredCapacity true``, after ``DescribeScalingInstances`` (is it
-    in the group, in service?) and ``DescribeScalingGroups`` (``TotalCapacity - 1
+    in group G, in service?) and ``DescribeScalingGroups`` (``TotalCapacity - 1
     >= max(MinSize, min_size)``). Instances of a group whose ``ScalingPolicy``
     is ``recycle`` are removed with ``RemovePolicy=recycle`` (economical-mode
     stop, disks kept); otherwise ESS releases them.
 
     Args:
         min_size: never go below this many instances (the group's ``MinSize`` is also a floor).
-        group: the scaling group id; ``None`` = the group the instance is in
-            (single machine only: the fleet names its group).
+        group: the scaling group id (``asg-...``); ESS looks instances up by group.
         instance_id: the instance, or ``None`` for this one (metadata); fleet
             mode passes the target in the context instead.
         region: the region, or ``None`` for metadata.
@@ -178,7 +177,7 @@ class EssScaleInAction(_AlibabaBase):
         self,
         *,
         min_size: int,
-        group: str | None = None,
+        group: str,
         instance_id: str | None = None,
         region: str | None = None,
         endpoint: str | None = None,
@@ -199,15 +198,19 @@ class EssScaleInAction(_AlibabaBase):
     def _plan(self, iid: str, region: str) -> tuple[str | None, str, str]:
         """``(group, detail, remove_policy)`` when allowed, ``(None, why-not, "")`` otherwise."""
         models, client = self.models(), self.client(region)
+        group = self.group
         found = client.describe_scaling_instances(
-            models.DescribeScalingInstancesRequest(region_id=region, instance_ids=[iid])
+            models.DescribeScalingInstancesRequest(
+                region_id=region, scaling_group_id=group, instance_ids=[iid]
+            )
         ).body.to_map()
-        rows = [r for r in found.get("ScalingInstances", []) if r.get("InstanceId") == iid]
+        rows = [
+            r
+            for r in found.get("ScalingInstances", [])
+            if r.get("InstanceId") == iid and r.get("ScalingGroupId") in (None, group)
+        ]
         if not rows:
-            return None, f"refused: {iid} is not in any scaling group in {region}", ""
-        group = str(rows[0].get("ScalingGroupId"))
-        if self.group is not None and group != self.group:
-            return None, f"refused: {iid} is in scaling group {group!r}, not {self.group!r}", ""
+            return None, f"refused: {iid} is not in scaling group {group!r} in {region}", ""
         state = str(rows[0].get("LifecycleState"))
         if state not in _REMOVABLE:
             return None, f"refused: {iid} is {state} in {group}, not InService", ""
@@ -240,13 +243,12 @@ class EssScaleInAction(_AlibabaBase):
         except ActionError as exc:
             return ActionResult(action=self.name, executed=False, ok=False, detail=exc.message)
         if not execute:
-            which = self.group or "its scaling group"
             return ActionResult(
                 action=self.name,
                 executed=False,
                 ok=True,
                 detail=(
-                    f"dry run: would check {which} in {region} (DescribeScalingInstances, "
+                    f"dry run: would check {self.group} in {region} (DescribeScalingInstances, "
                     f"DescribeScalingGroups; min size {self.min_size}) and call ESS "
                     f"RemoveInstances {iid} with DecreaseDesiredCapacity=true"
                 ),

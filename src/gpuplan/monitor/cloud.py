@@ -53,7 +53,7 @@ def build_cloud_action(  # noqa: PLR0913 - one keyword per option
         mode: ``stop`` or ``scale-in``.
         keep_charging: stop without the no-charge stopped mode (stop only).
         min_size: scale-in floor (the group's own minimum is a floor too).
-        group: scaling group id (``asg-...``); required in fleet mode.
+        group: scaling group id (``asg-...``); required for Alibaba and in fleet mode.
         instance_id: the instance, or ``None`` for instance metadata.
         region: the region, or ``None`` for instance metadata.
         endpoint: API endpoint override (``http://127.0.0.1:PORT`` in tests).
@@ -101,6 +101,12 @@ def build_cloud_action(  # noqa: PLR0913 - one keyword per option
     if provider == "alibaba":
         from gpuplan.monitor.alibaba import EssScaleInAction
 
+        if group is None:
+            raise MonitorError(
+                "--scaling-group: required with --alibaba scale-in (ESS looks instances up by "
+                "group)",
+                hint="pass the ESS scaling group id, e.g. --scaling-group asg-bp1abcd2efgh3ijk",
+            )
         return EssScaleInAction(min_size=min_size, group=group, **where)
     from gpuplan.monitor.tencent import TencentScaleInAction
 
