@@ -190,6 +190,35 @@ def test_dry_run_is_the_default_and_calls_no_api(
     assert ali.calls == [] and tc.calls == []
 
 
+def test_cloud_options_from_a_config_file(
+    cli: Cli, tmp_path: Path, clouds: tuple[FakeCloud, FakeCloud]
+) -> None:
+    ali, _ = clouds
+    config = tmp_path / "watch.yaml"
+    config.write_text(
+        f"alibaba: stop\nkeep-charging: true\ninstance-id: {ALI_ME}\nregion: cn-hangzhou\n"
+        f"alibaba-endpoint: {ali.url}\n"
+    )
+    steps = live(
+        cli(
+            "watch",
+            "--config",
+            str(config),
+            "--nvidia-smi",
+            idle_smi(tmp_path),
+            "--state",
+            str(tmp_path / "w.db"),
+            "--json",
+            "--log-level",
+            "error",
+            *FAST,
+        )
+    )
+    detail = next(s for s in steps if s["action"])["results"][0]["detail"]
+    assert detail.startswith("dry run: would call ECS StopInstances") and "KeepCharging" in detail
+    assert ali.calls == []
+
+
 def test_tencent_scale_in_below_min_size_is_a_recorded_refusal(
     cli: Cli, tmp_path: Path, clouds: tuple[FakeCloud, FakeCloud]
 ) -> None:

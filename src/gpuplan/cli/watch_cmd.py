@@ -408,7 +408,10 @@ def watch(  # noqa: PLR0913 - one parameter per CLI option; the body only dispat
         typer.Option(
             "--scaling-group",
             metavar="GROUP_ID",
-            help="--alibaba/--tencent scale-in: refuse unless the instance is in this group.",
+            help=(
+                "--alibaba/--tencent scale-in: refuse unless the instance is in this group "
+                "(required with --alibaba)."
+            ),
         ),
     ] = None,
     alibaba_endpoint: Annotated[
