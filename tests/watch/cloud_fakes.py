@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +44,7 @@ class FakeCloud:
         calls: (action, params) of every call, in order.
         problems: parameter checks that failed (a test asserts this stays empty).
         fail: action -> (http status, code, message) to answer with an error.
+        delay: action -> seconds to wait before answering.
     """
 
     members: dict[str, Member] = field(default_factory=dict)
@@ -52,6 +54,7 @@ class FakeCloud:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     fail: dict[str, tuple[int, str, str]] = field(default_factory=dict)
+    delay: dict[str, float] = field(default_factory=dict)
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -233,6 +236,7 @@ class _TencentHandler(_Quiet):
         action = self.headers.get("X-TC-Action", "")
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         auth = self.headers.get("Authorization", "")
+        time.sleep(cloud.delay.get(action, 0.0))
         with cloud.lock:
             cloud.calls.append((action, body))
             cloud.expect(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -86,6 +87,17 @@ def test_api_error_is_a_failed_result_without_the_secret(tc: FakeCloud) -> None:
     assert not result.ok and result.executed
     assert "AuthFailure.UnauthorizedOperation: CAM denied" in result.detail
     assert "req-err" in result.detail and TC_SECRET_KEY not in result.detail
+
+
+def test_a_hung_api_is_abandoned_after_the_call_timeout(tc: FakeCloud) -> None:
+    tc.delay["StopInstances"] = 1.5
+    action = TencentStopAction(instance_id=ME, region=REGION, endpoint=tc.url)
+    action.call_timeout_s = 0.3
+    started = time.monotonic()
+    result = action.run(CTX, execute=True)
+    assert time.monotonic() - started < 1.2
+    assert not result.ok and "did not answer within 0.3 s" in result.detail
+    time.sleep(1.6)  # let the abandoned call finish before the fake shuts down
 
 
 def test_instance_and_region_from_metadata(tc: FakeCloud) -> None:

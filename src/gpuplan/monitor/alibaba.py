@@ -21,7 +21,15 @@ from typing import Any
 
 from gpuplan.errors import ActionError, MonitorError
 from gpuplan.monitor.actions import ActionContext, ActionResult
-from gpuplan.monitor.cloud_meta import ALIBABA, CloudTarget, load_sdk, parse_endpoint, sdk_error
+from gpuplan.monitor.cloud_meta import (
+    ALIBABA,
+    CALL_TIMEOUT_S,
+    CloudTarget,
+    bounded,
+    load_sdk,
+    parse_endpoint,
+    sdk_error,
+)
 
 _ECS = "alibabacloud_ecs20140526"
 _ESS = "alibabacloud_ess20220222"
@@ -46,6 +54,7 @@ class _AlibabaBase:
         )
         self.endpoint = None if endpoint is None else parse_endpoint(endpoint, "--alibaba-endpoint")
         self._clients: dict[str, Any] = {}
+        self.call_timeout_s = CALL_TIMEOUT_S
 
     def resolve(self) -> tuple[str, str]:
         """Instance id and region (given, else from metadata); the daemon calls it at start."""
@@ -120,7 +129,11 @@ class AlibabaStopAction(_AlibabaBase):
             request = self.models().StopInstancesRequest(
                 region_id=region, instance_id=[iid], stopped_mode=self.stopped_mode
             )
-            body = self.client(region).stop_instances(request).body.to_map()
+            body = bounded(
+                lambda: self.client(region).stop_instances(request).body.to_map(),
+                self.call_timeout_s,
+                "StopInstances",
+            )
         except MonitorError as exc:
             return ActionResult(action=self.name, executed=False, ok=False, detail=exc.one_line())
         except Exception as exc:  # noqa: BLE001 - SDK errors vary; report, never raise
@@ -254,7 +267,9 @@ class EssScaleInAction(_AlibabaBase):
                 ),
             )
         try:
-            group, detail, policy = self._plan(iid, region)
+            group, detail, policy = bounded(
+                lambda: self._plan(iid, region), self.call_timeout_s, "the group check"
+            )
         except MonitorError as exc:
             return ActionResult(action=self.name, executed=False, ok=False, detail=exc.one_line())
         except Exception as exc:  # noqa: BLE001 - SDK errors vary
@@ -267,18 +282,17 @@ class EssScaleInAction(_AlibabaBase):
         if group is None:
             return ActionResult(action=self.name, executed=False, ok=False, detail=detail)
         try:
-            answer = (
-                self.client(region)
-                .remove_instances(
-                    self.models().RemoveInstancesRequest(
-                        region_id=region,
-                        scaling_group_id=group,
-                        instance_ids=[iid],
-                        decrease_desired_capacity=True,
-                        remove_policy=policy,
-                    )
-                )
-                .body.to_map()
+            request = self.models().RemoveInstancesRequest(
+                region_id=region,
+                scaling_group_id=group,
+                instance_ids=[iid],
+                decrease_desired_capacity=True,
+                remove_policy=policy,
+            )
+            answer = bounded(
+                lambda: self.client(region).remove_instances(request).body.to_map(),
+                self.call_timeout_s,
+                "RemoveInstances",
             )
         except Exception as exc:  # noqa: BLE001
             return ActionResult(

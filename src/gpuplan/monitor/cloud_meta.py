@@ -18,13 +18,21 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any, TypeVar
 
 from gpuplan.errors import ActionError, MonitorError
+
+T = TypeVar("T")
+# Backstop for one action's SDK work (credential chain + API calls): the SDKs set
+# HTTP timeouts, but a credential provider may not (Tencent's CVM-role lookup has none).
+CALL_TIMEOUT_S = 60.0
 
 _REGION_RE = re.compile(r"^[a-z]{2,}(-[a-z0-9]+){1,4}$")
 _GROUP_RE = re.compile(r"^asg-[0-9a-zA-Z]{4,40}$")
@@ -279,3 +287,27 @@ def sdk_error(exc: BaseException) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
     return text[:300]
+
+
+def bounded(work: Callable[[], T], timeout_s: float, what: str) -> T:
+    """Run ``work`` in a daemon thread; its result, its exception, or a ``TimeoutError``.
+
+    The agent never waits longer than ``timeout_s`` for an SDK; a call left
+    running in the background is abandoned (it cannot block the next step).
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"gpuplan-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"{what} did not answer within {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]

@@ -21,7 +21,15 @@ from typing import Any
 
 from gpuplan.errors import ActionError, MonitorError
 from gpuplan.monitor.actions import ActionContext, ActionResult
-from gpuplan.monitor.cloud_meta import TENCENT, CloudTarget, load_sdk, parse_endpoint, sdk_error
+from gpuplan.monitor.cloud_meta import (
+    CALL_TIMEOUT_S,
+    TENCENT,
+    CloudTarget,
+    bounded,
+    load_sdk,
+    parse_endpoint,
+    sdk_error,
+)
 
 _CVM = ("tencentcloud.cvm.v20170312", "cvm_client", "CvmClient")
 _AS = ("tencentcloud.autoscaling.v20180419", "autoscaling_client", "AutoscalingClient")
@@ -46,6 +54,7 @@ class _TencentBase:
         )
         self.endpoint = None if endpoint is None else parse_endpoint(endpoint, "--tencent-endpoint")
         self._clients: dict[str, Any] = {}
+        self.call_timeout_s = CALL_TIMEOUT_S
 
     def resolve(self) -> tuple[str, str]:
         """Instance id and region (given, else from metadata); the daemon calls it at start."""
@@ -130,7 +139,11 @@ class TencentStopAction(_TencentBase):
                 InstanceIds=[iid],
                 StoppedMode=self.stopped_mode,
             )
-            answer = self.client(region).StopInstances(request)
+            answer = bounded(
+                lambda: self.client(region).StopInstances(request),
+                self.call_timeout_s,
+                "StopInstances",
+            )
         except MonitorError as exc:
             return ActionResult(action=self.name, executed=False, ok=False, detail=exc.one_line())
         except Exception as exc:  # noqa: BLE001 - SDK errors vary; report, never raise
@@ -247,7 +260,9 @@ class TencentScaleInAction(_TencentBase):
                 ),
             )
         try:
-            group, detail = self._plan(iid, region)
+            group, detail = bounded(
+                lambda: self._plan(iid, region), self.call_timeout_s, "the group check"
+            )
         except MonitorError as exc:
             return ActionResult(action=self.name, executed=False, ok=False, detail=exc.one_line())
         except Exception as exc:  # noqa: BLE001 - SDK errors vary
@@ -260,13 +275,13 @@ class TencentScaleInAction(_TencentBase):
         if group is None:
             return ActionResult(action=self.name, executed=False, ok=False, detail=detail)
         try:
-            answer = self.client(region).RemoveInstances(
-                _request(
-                    self.models(),
-                    "RemoveInstancesRequest",
-                    AutoScalingGroupId=group,
-                    InstanceIds=[iid],
-                )
+            request = _request(
+                self.models(), "RemoveInstancesRequest", AutoScalingGroupId=group, InstanceIds=[iid]
+            )
+            answer = bounded(
+                lambda: self.client(region).RemoveInstances(request),
+                self.call_timeout_s,
+                "RemoveInstances",
             )
         except Exception as exc:  # noqa: BLE001
             return ActionResult(
