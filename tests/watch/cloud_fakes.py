@@ -78,6 +78,54 @@ class FakeCloud:
             self.problems.append(what)
 
 
+def use_alibaba_env(
+    monkeypatch: Any, key_id: str | None, secret: str | None, home: str | None = None
+) -> None:
+    """Put Alibaba credentials in the environment (or none at all), for the SDK's chain.
+
+    ``alibabacloud_credentials`` reads its environment variables once, when it is
+    first imported; a test process imports it once for many tests, so its
+    snapshot of the environment is set to match as well.
+    """
+    import importlib
+
+    for key in (
+        "ALIBABA_CLOUD_SECURITY_TOKEN",
+        "ALIBABA_CLOUD_PROFILE",
+        "ALIBABA_CLOUD_ROLE_ARN",
+        "ALIBABA_CLOUD_OIDC_TOKEN_FILE",
+        "ALIBABA_CLOUD_CREDENTIALS_URI",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+    ):
+        monkeypatch.delenv(key, raising=False)
+    values = {
+        "ALIBABA_CLOUD_ACCESS_KEY_ID": key_id,
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": secret,
+        "ALIBABA_CLOUD_ECS_METADATA_DISABLED": "true",
+        "ALIBABA_CLOUD_CLI_PROFILE_DISABLED": "true",
+        "ALIBABA_CLOUD_CREDENTIALS_FILE": None if home is None else f"{home}/none.ini",
+    }
+    for key, value in values.items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    au = importlib.import_module("alibabacloud_credentials.utils.auth_util")
+    monkeypatch.setattr(au, "environment_access_key_id", key_id)
+    monkeypatch.setattr(au, "environment_access_key_secret", secret)
+    monkeypatch.setattr(au, "environment_security_token", None)
+    monkeypatch.setattr(au, "environment_ecs_metadata_disabled", "true")
+    monkeypatch.setattr(au, "environment_cli_profile_disabled", "true")
+    monkeypatch.setattr(au, "environment_credentials_uri", None)
+    monkeypatch.setattr(au, "enable_oidc_credential", False)
+    monkeypatch.setattr(
+        au, "environment_credentials_file", values["ALIBABA_CLOUD_CREDENTIALS_FILE"]
+    )
+
+
 def _start(handler: type[BaseHTTPRequestHandler], cloud: Any) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.cloud = cloud  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ from cloud_fakes import (
     Metadata,
     start_alibaba,
     start_metadata,
+    use_alibaba_env,
 )
 
 pytest.importorskip("alibabacloud_ecs20140526")
@@ -33,20 +34,7 @@ GROUP = "asg-bp18p2yfxow2dloq1234"
 @pytest.fixture
 def ali_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Credentials from the environment only (the SDK's default chain reads them first)."""
-    for key in (
-        "ALIBABA_CLOUD_SECURITY_TOKEN",
-        "ALIBABA_CLOUD_PROFILE",
-        "ALIBABA_CLOUD_ROLE_ARN",
-        "ALIBABA_CLOUD_OIDC_TOKEN_FILE",
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "http_proxy",
-        "https_proxy",
-    ):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", ALI_KEY_ID)
-    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", ALI_SECRET)
-    monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")
+    use_alibaba_env(monkeypatch, ALI_KEY_ID, ALI_SECRET)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from cloud_fakes import (
     start_alibaba,
     start_metadata,
     start_tencent,
+    use_alibaba_env,
 )
 from watch_helpers import DATA, free_port, gpu_csv
 
@@ -70,9 +71,7 @@ def clouds(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeCloud, FakeClo
     """Fake Alibaba and Tencent APIs, with credentials in the environment only."""
     for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", ALI_KEY_ID)
-    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", ALI_SECRET)
-    monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")
+    use_alibaba_env(monkeypatch, ALI_KEY_ID, ALI_SECRET)
     monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", TC_SECRET_ID)
     monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", TC_SECRET_KEY)
     ali, tc = FakeCloud(), FakeCloud()

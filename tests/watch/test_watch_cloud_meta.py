@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cloud_fakes import ALI_SECRET, Metadata, start_metadata
+from cloud_fakes import ALI_SECRET, Metadata, start_metadata, use_alibaba_env
 from watch_helpers import free_port
 
 from gpuplan.errors import ActionError, MonitorError
@@ -90,11 +90,7 @@ def test_alibaba_without_any_credential_is_a_failed_result(
     from gpuplan.monitor.actions import ActionContext
     from gpuplan.monitor.alibaba import AlibabaStopAction
 
-    for key in ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("ALIBABA_CLOUD_CREDENTIALS_FILE", str(tmp_path / "none.ini"))
-    monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")
+    use_alibaba_env(monkeypatch, None, None, home=str(tmp_path))
     action = AlibabaStopAction(
         instance_id="i-bp67acfmxazb4ph0abcd",
         region="cn-hangzhou",
