@@ -143,6 +143,21 @@ def test_scale_in_refuses_below_min_size(tc: FakeCloud) -> None:
     assert "RemoveInstances" not in tc.actions() and tc.removed == []
 
 
+def test_a_stopped_member_leaves_the_in_service_count_unchanged(tc: FakeCloud) -> None:
+    in_service(tc, GROUP, [ME, OTHER, THIRD], min_size=2)
+    tc.members[ME] = Member(group=GROUP, state="STOPPED")
+    result = TencentScaleInAction(min_size=0, instance_id=ME, region=REGION, endpoint=tc.url).run(
+        CTX, execute=True
+    )
+    assert result.ok and "2 -> 2 in service" in result.detail, result.detail
+    tc.members[OTHER] = Member(group=GROUP, state="TERMINATING")
+    leaving = TencentScaleInAction(
+        min_size=0, instance_id=OTHER, region=REGION, endpoint=tc.url
+    ).run(CTX, execute=True)
+    assert not leaving.ok and "already TERMINATING" in leaving.detail
+    assert tc.removed == [ME]
+
+
 def test_scale_in_refuses_wrong_group_protected_and_loner(tc: FakeCloud) -> None:
     in_service(tc, GROUP, [ME, OTHER, THIRD], min_size=0)
     wrong = TencentScaleInAction(

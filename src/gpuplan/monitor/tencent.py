@@ -33,7 +33,7 @@ from gpuplan.monitor.cloud_meta import (
 
 _CVM = ("tencentcloud.cvm.v20170312", "cvm_client", "CvmClient")
 _AS = ("tencentcloud.autoscaling.v20180419", "autoscaling_client", "AutoscalingClient")
-_LEAVING = ("REMOVING", "DETACHING", "DETACH_FAILED", "REMOVE_FAILED")
+_LEAVING = ("TERMINATING", "DETACHING", "REMOVING")
 
 
 class _TencentBase:
@@ -226,18 +226,17 @@ class TencentScaleInAction(_TencentBase):
         if not rows:
             return None, f"refused: Auto Scaling group {group} not found in {region}"
         in_service = int(rows[0].InServiceInstanceCount or 0)
-        if me.LifeCycleState != "IN_SERVICE":
-            in_service += 1  # removing an instance that is not in service leaves the count
+        left = in_service - (1 if me.LifeCycleState == "IN_SERVICE" else 0)
         floor = max(self.min_size, int(rows[0].MinSize))
-        if in_service - 1 < floor:
+        if left < floor:
             return (
                 None,
-                f"refused: {group} has {in_service} instance(s) in service; removing one "
+                f"refused: {group} has {in_service} instance(s) in service; removing {iid} "
                 f"would go below min size {floor}",
             )
         desired = rows[0].DesiredCapacity
         return group, (
-            f"{group}: remove {iid}, {in_service} -> {in_service - 1} in service "
+            f"{group}: remove {iid}, {in_service} -> {left} in service "
             f"(desired {desired}, min {floor})"
         )
 
