@@ -284,7 +284,7 @@ def watch(  # noqa: PLR0913 - one parameter per CLI option; the body only dispat
         typer.Option(
             "--min-size",
             metavar="N",
-            help="--aws scale-in: never take the group below N instances.",
+            help="--aws/--alibaba/--tencent scale-in: never take the group below N instances.",
         ),
     ] = "1",
     asg_name: Annotated[
@@ -298,13 +298,15 @@ def watch(  # noqa: PLR0913 - one parameter per CLI option; the body only dispat
     instance_id: Annotated[
         str | None,
         typer.Option(
-            "--instance-id", metavar="ID", help="EC2 instance id [default: from instance metadata]."
+            "--instance-id",
+            metavar="ID",
+            help="Instance id (EC2/Alibaba i-..., Tencent ins-...) [default: from instance metadata].",
         ),
     ] = None,
     region: Annotated[
         str | None,
         typer.Option(
-            "--region", metavar="REGION", help="AWS region [default: from instance metadata]."
+            "--region", metavar="REGION", help="Cloud region [default: from instance metadata]."
         ),
     ] = None,
     aws_endpoint_url: Annotated[
@@ -313,6 +315,70 @@ def watch(  # noqa: PLR0913 - one parameter per CLI option; the body only dispat
             "--aws-endpoint-url",
             metavar="URL",
             help="AWS endpoint override (VPC endpoint, or a local moto server for tests).",
+        ),
+    ] = None,
+    alibaba: Annotated[
+        str | None,
+        typer.Option(
+            "--alibaba",
+            metavar="MODE",
+            help=(
+                "Alibaba Cloud action: stop this ECS instance (StopCharging: the GPU bill stops, "
+                "disks stay) or scale-in (leave its ESS scaling group)."
+            ),
+        ),
+    ] = None,
+    tencent: Annotated[
+        str | None,
+        typer.Option(
+            "--tencent",
+            metavar="MODE",
+            help=(
+                "Tencent Cloud action: stop this CVM instance (STOP_CHARGING) or scale-in "
+                "(leave its Auto Scaling group)."
+            ),
+        ),
+    ] = None,
+    keep_charging: Annotated[
+        bool,
+        typer.Option(
+            "--keep-charging",
+            help="--alibaba/--tencent stop: keep the instance's resources and its bill.",
+        ),
+    ] = False,
+    scaling_group: Annotated[
+        str | None,
+        typer.Option(
+            "--scaling-group",
+            metavar="GROUP_ID",
+            help=(
+                "--alibaba/--tencent scale-in: refuse unless the instance is in this group "
+                "(required with --alibaba)."
+            ),
+        ),
+    ] = None,
+    alibaba_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--alibaba-endpoint",
+            metavar="URL",
+            help="Alibaba Cloud API endpoint override (VPC endpoint, or a local fake for tests).",
+        ),
+    ] = None,
+    tencent_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--tencent-endpoint",
+            metavar="URL",
+            help="Tencent Cloud API endpoint override (VPC endpoint, or a local fake for tests).",
+        ),
+    ] = None,
+    metadata_url: Annotated[
+        str | None,
+        typer.Option(
+            "--metadata-url",
+            metavar="URL",
+            help="Instance-metadata base URL for --alibaba/--tencent [default: the cloud's].",
         ),
     ] = None,
     webhook: Annotated[

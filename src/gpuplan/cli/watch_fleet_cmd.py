@@ -128,6 +128,22 @@ def fleet(
             ),
         ),
     ] = False,
+    alibaba_ess: Annotated[
+        str | None,
+        typer.Option(
+            "--alibaba-ess",
+            metavar="GROUP_ID",
+            help="Remove via Alibaba Cloud ESS RemoveInstances from this scaling group.",
+        ),
+    ] = None,
+    tencent_asg: Annotated[
+        str | None,
+        typer.Option(
+            "--tencent-asg",
+            metavar="GROUP_ID",
+            help="Remove via Tencent Cloud Auto Scaling RemoveInstances from this group.",
+        ),
+    ] = None,
     command: Annotated[
         str | None,
         typer.Option(
@@ -145,13 +161,27 @@ def fleet(
         typer.Option(
             "--region",
             metavar="REGION",
-            help="AWS region for --aws-asg [default: instance metadata].",
+            help="Region for --aws-asg/--alibaba-ess/--tencent-asg [default: instance metadata].",
         ),
     ] = None,
     aws_endpoint_url: Annotated[
         str | None,
         typer.Option(
             "--aws-endpoint-url", metavar="URL", help="AWS endpoint override (moto for tests)."
+        ),
+    ] = None,
+    alibaba_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--alibaba-endpoint", metavar="URL", help="Alibaba Cloud ESS endpoint override."
+        ),
+    ] = None,
+    tencent_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--tencent-endpoint",
+            metavar="URL",
+            help="Tencent Cloud Auto Scaling endpoint override.",
         ),
     ] = None,
     scrape_interval: Annotated[

@@ -6,13 +6,15 @@ Public API (everything else is internal)::
     samplers   Sampler, SmiSampler, FakeSampler            (+ nvml.NvmlSampler, prometheus.PrometheusSampler)
     policy     PolicyConfig, IdlePolicy, Decision          the pure idle state machine
     actions    ActionPlan, CommandAction, WebhookAction, PreStopHook  (+ aws.AwsStopAction, AsgScaleInAction)
+    cloud      build_cloud_action                          Alibaba Cloud / Tencent Cloud stop and scale-in
     daemon     Agent                                       the loop, with injectable clock and sleep
     clock      FakeClock, SystemClock                      FakeClock/FakeSampler are public test fakes
     replay     run_replay, contract_record                 the ``--replay`` contract
     fleet      FleetPolicy, FleetAgent (fleet_agent)       group scale-in from Prometheus
 
 Importing this package imports no optional dependency (pynvml, boto3,
-prometheus-client are imported only by the modules that need them).
+prometheus-client and the Alibaba/Tencent SDKs are imported only by the modules
+that need them).
 """
 
 from gpuplan.monitor.actions import ActionPlan, CommandAction, PreStopHook, WebhookAction

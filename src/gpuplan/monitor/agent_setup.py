@@ -90,7 +90,8 @@ def open_agent(
     plan = build_plan(raw)
     if execute and plan.main is None and plan.notify is None:
         raise MonitorError(
-            "--execute: no action configured", hint="add --command, --aws or --webhook"
+            "--execute: no action configured",
+            hint="add --command, --aws, --alibaba, --tencent or --webhook",
         )
     main = plan.main
     if execute and main is not None and hasattr(main, "resolve"):
@@ -99,9 +100,7 @@ def open_agent(
         None if raw.get("max-steps") is None else integer(raw["max-steps"], "--max-steps", low=1)
     )
     metrics_port = (
-        None
-        if raw.get("metrics-port") is None
-        else port(raw["metrics-port"], "--metrics-port")
+        None if raw.get("metrics-port") is None else port(raw["metrics-port"], "--metrics-port")
     )
     recorder = ReplayRecorder(Path(str(raw["record"])), sampler) if raw.get("record") else None
     path = state_path(raw)

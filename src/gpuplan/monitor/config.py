@@ -54,6 +54,13 @@ DAEMON_DEFAULTS: dict[str, Any] = {
     "instance-id": None,
     "region": None,
     "aws-endpoint-url": None,
+    "alibaba": None,
+    "tencent": None,
+    "keep-charging": False,
+    "scaling-group": None,
+    "alibaba-endpoint": None,
+    "tencent-endpoint": None,
+    "metadata-url": None,
     "webhook": None,
     "pre-stop": None,
     "pre-stop-timeout": "5m",
@@ -331,10 +338,14 @@ def build_probes(raw: Mapping[str, Any], clock: Clock) -> list[HostProbe]:
 
 
 def build_plan(raw: Mapping[str, Any], *, event: str = "idle-stop") -> ActionPlan:
-    """The action plan from ``--command``/``--aws``, ``--webhook`` and ``--pre-stop``."""
-    main: Any = None
-    if raw.get("command") is not None and raw.get("aws") is not None:
-        raise MonitorError("--command and --aws both given: choose one stop action")
+    """The action plan from ``--command``/``--aws``/``--alibaba``/``--tencent``, ``--webhook``
+    and ``--pre-stop``."""
+    from gpuplan.monitor.cloud import cloud_action_from_raw
+
+    given = [k for k in ("command", "aws", "alibaba", "tencent") if raw.get(k) is not None]
+    if len(given) > 1:
+        raise MonitorError(f"--{given[0]} and --{given[1]} both given: choose one stop action")
+    main: Any = cloud_action_from_raw(raw)
     if raw.get("command") is not None:
         argv = argv_of(raw["command"], "--command")
         if boolean(raw.get("execute", False), "--execute"):

@@ -48,12 +48,23 @@ def fleet_config(raw: Mapping[str, Any]) -> FleetConfig:
 
 
 def build_fleet_plan(raw: Mapping[str, Any], cfg: FleetConfig) -> ActionPlan:
-    """Drain hook -> webhook -> removal (``--aws-asg`` or ``--command``)."""
+    """Drain hook -> webhook -> removal (``--aws-asg``, ``--alibaba-ess``, ``--tencent-asg`` or
+    ``--command``)."""
     aws_asg = boolean(raw.get("aws-asg", False), "--aws-asg")
     command = raw.get("command")
     if aws_asg and command is not None:
         raise MonitorError("--aws-asg and --command both given: choose one removal action")
-    main: Action | None = None
+    from gpuplan.monitor.cloud import fleet_cloud_action
+
+    main: Action | None = fleet_cloud_action(
+        alibaba_ess=_opt_str(raw.get("alibaba-ess")),
+        tencent_asg=_opt_str(raw.get("tencent-asg")),
+        min_size=cfg.min_size,
+        region=_opt_str(raw.get("region")),
+        alibaba_endpoint=_opt_str(raw.get("alibaba-endpoint")),
+        tencent_endpoint=_opt_str(raw.get("tencent-endpoint")),
+        other="--aws-asg" if aws_asg else "--command" if command is not None else None,
+    )
     if aws_asg:
         from gpuplan.monitor.aws import AsgScaleInAction
 
@@ -72,7 +83,8 @@ def build_fleet_plan(raw: Mapping[str, Any], cfg: FleetConfig) -> ActionPlan:
     webhook = raw.get("webhook")
     if execute and main is None and not webhook:
         raise MonitorError(
-            "--execute: no removal action configured", hint="add --aws-asg, --command or --webhook"
+            "--execute: no removal action configured",
+            hint="add --aws-asg, --alibaba-ess, --tencent-asg, --command or --webhook",
         )
     drain = raw.get("drain-hook")
     return ActionPlan(
