@@ -36,7 +36,8 @@ Precision = Literal[
 Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
 Checkpointing = Literal["none", "selective", "selective-op", "full"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
-Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
+Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
+Framework = Literal["hf", "torchtune", "litgpt", "deepspeed", "megatron", "torchtitan"]
 
 #: The hardware dtype each precision mode computes its matmuls in.
 COMPUTE_DTYPE: dict[str, str] = {
@@ -73,7 +74,18 @@ class LoraSpec(_Spec):
 class ParallelismSpec(_Spec):
     """An explicit parallel strategy; data parallelism fills the remaining GPUs."""
 
-    sharding: Sharding = Field(default="none", description="ZeRO stage or FSDP full sharding.")
+    sharding: Sharding = Field(
+        default="none",
+        description="What is split over the data-parallel ranks; the meaning per `framework` "
+        "is read from that engine's code (gpuplan.estimate.sharding). zero1: optimizer state "
+        "(hf/torchtune/litgpt: fp32 params and grads kept whole under autocast; deepspeed: "
+        "2 + 2 + 12/N bytes per param; megatron: the distributed optimizer, 2 + 4 + 12/N; not "
+        "in torchtitan). zero2: gradients too (deepspeed 2 + 2/N + 12/N; megatron-FSDP "
+        "optim_grads; torchtitan: FSDP2 without resharding after forward). zero3 = fsdp: "
+        "parameters too, gathered layer by layer (deepspeed (2+2+12)/N; megatron-FSDP; "
+        "torchtitan FSDP2: fp32 shards gathered in bf16, fp32 grads, 16/N). hsdp: fsdp within "
+        "a node, replicated across nodes.",
+    )
     tp: int = Field(default=1, ge=1, le=512, description="Tensor-parallel degree.")
     pp: int = Field(default=1, ge=1, le=512, description="Pipeline-parallel degree.")
     vp: int = Field(
@@ -200,10 +212,15 @@ class JobSpec(_Spec):
         "matmul output; fp8 matmuls are recomputed) or full (whole layers).",
     )
     offload: Offload = Field(default="none", description="CPU offload of optimizer state / params.")
-    framework: Literal["hf", "torchtune", "litgpt"] = Field(
+    framework: Framework = Field(
         default="hf",
-        description="Training code whose activations are modelled: hf (transformers Trainer/PEFT), "
-        "torchtune or litgpt (they differ in loss chunking, norms and GELU).",
+        description="Training code and engine: hf (transformers Trainer/PEFT, PyTorch "
+        "DDP/FSDP under autocast), torchtune or litgpt (they differ in loss chunking, norms and "
+        "GELU), deepspeed (DeepSpeed ZeRO around HF model code: 16-bit params and grads, fp32 "
+        "master weights sharded with the optimizer state), megatron (Megatron-LM / NeMo / "
+        "Megatron-Bridge: distributed optimizer, Transformer Engine kernels, fp32 main grads) "
+        "or torchtitan (FSDP2: fp32 sharded params gathered in bf16). It decides what each "
+        "`parallelism.sharding` value keeps per parameter.",
     )
     compile: bool = Field(
         default=False, description="torch.compile: pointwise intermediates are recomputed."
@@ -218,7 +235,7 @@ class JobSpec(_Spec):
         ge=1,
         le=4096,
         description="Chunks the LM head and loss run in (1 = the whole logits tensor at once); "
-        "default: the framework's (hf 1, torchtune 8, litgpt 16).",
+        "default: the framework's (torchtune 8, litgpt 16, the others 1).",
     )
     zero_grad: Literal["set_to_none", "zeros"] = Field(
         default="set_to_none",

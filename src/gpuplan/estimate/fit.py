@@ -12,6 +12,7 @@ import math
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
+from gpuplan.estimate.frameworks import FRAMEWORKS
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
     DEFAULT_SAFETY_MARGIN,
@@ -20,6 +21,7 @@ from gpuplan.estimate.memory import (
     estimate_memory,
 )
 from gpuplan.estimate.shape import Shape, shape_of
+from gpuplan.estimate.sharding import check_sharding
 from gpuplan.estimate.strategy import Strategy, candidate_layouts, grad_accum_for
 from gpuplan.spec import JobSpec, ParallelismSpec
 
@@ -109,8 +111,6 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
 
 
 def _optimizer_impl(spec: JobSpec) -> str:
-    from gpuplan.estimate.frameworks import FRAMEWORKS
-
     if spec.optimizer_impl != "auto":
         return spec.optimizer_impl
     if spec.optimizer in ("adamw-8bit", "adafactor"):
@@ -119,10 +119,20 @@ def _optimizer_impl(spec: JobSpec) -> str:
 
 
 def explicit_strategy(
-    spec: JobSpec, count: int, shape: Shape, micro_batch: int | None = None
+    spec: JobSpec,
+    count: int,
+    shape: Shape,
+    micro_batch: int | None = None,
+    *,
+    gpus_per_node: int = 8,
 ) -> Strategy:
-    """The strategy the spec names, on ``count`` GPUs."""
+    """The strategy the spec names, on ``count`` GPUs.
+
+    ``hsdp`` shards over the data-parallel ranks of one node (``gpus_per_node / (tp x pp)``)
+    and replicates across nodes.
+    """
     par = spec.parallelism if isinstance(spec.parallelism, ParallelismSpec) else ParallelismSpec()
+    check_sharding(spec.framework, par.sharding)
     if count % (par.tp * par.pp):
         raise SpecError(
             f"parallelism: tp x pp = {par.tp * par.pp} does not divide the GPU count {count}"
@@ -148,6 +158,7 @@ def explicit_strategy(
         grad_accum=ga,
         activation_checkpointing=spec.activation_checkpointing,
         offload=spec.offload,
+        shard_ranks=max(1, gpus_per_node // (par.tp * par.pp)) if par.sharding == "hsdp" else 0,
     )
 
 
@@ -156,13 +167,16 @@ def candidate_strategies(
 ) -> list[Strategy]:
     """Strategies to consider: the spec's own if explicit, else every layout for ``count``."""
     if isinstance(spec.parallelism, ParallelismSpec):
-        return [explicit_strategy(spec, count, shape)]
+        return [explicit_strategy(spec, count, shape, gpus_per_node=gpus_per_node)]
     heads = shape.heads if shape.family != "cnn" else 1
     layers = shape.layers if shape.family != "cnn" else 1
+    supported = FRAMEWORKS[spec.framework].shardings
     out = []
     for sharding, tp, pp, dp in candidate_layouts(
         count, heads=heads, layers=layers, gpus_per_node=gpus_per_node
     ):
+        if sharding not in supported:
+            continue
         ga = grad_accum_for(spec.global_batch_size, spec.micro_batch_size, dp)
         if ga is None:
             continue

@@ -68,6 +68,10 @@ class Framework:
     """Gradient accumulation under no_sync keeps FSDP gradients unsharded."""
     upcast_unchunked_logits: bool = False
     """Without loss chunks the model returns fp32 logits (the 16-bit ones are freed)."""
+    upcast_in_loss: bool = False
+    """The loss function upcasts the logits and the caller frees the 16-bit ones before
+    backward: only the fp32 copy is kept, unless the loss is compiled, when the min-cut
+    partitioner saves the smaller 16-bit input instead (torchtitan)."""
     qlora_quantizes_head: bool = False
     """QLoRA quantizes the LM head too (its dequantized copy is then the largest transient)."""
     engine: str = "pytorch"
@@ -126,7 +130,7 @@ FRAMEWORKS: dict[str, Framework] = {
         python_gelu=False,
         loss_chunks=1,
         default_optimizer_impl="fused",
-        upcast_unchunked_logits=True,
+        upcast_in_loss=True,
         engine="torchtitan",
         shardings=("none", "zero2", "zero3", "fsdp", "hsdp"),
     ),

@@ -451,8 +451,10 @@ def _transformer_activations(
         autocast=autocast,
         python_gelu=fw.python_gelu,
         compiled=job.compiled,
+        fused_kernels=fw.fused_kernels,
         loss_chunks=chunks,
-        logits_upcast_in_model=chunks == 1 and fw.upcast_unchunked_logits,
+        logits_upcast_in_model=chunks == 1
+        and (fw.upcast_unchunked_logits or (fw.upcast_in_loss and not job.compiled)),
     )
     seq = shape.fixed_tokens or job.seq_len
     tokens = st.micro_batch_size * seq

@@ -64,7 +64,8 @@ moments in the optimizer.
 **torchtitan** (FSDP2 ``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16,
 reduce_dtype=fp32)``, ``torchtitan/distributed/fsdp.py::apply_fsdp_to_decoder``): fp32
 sharded parameters, each block all-gathered in bf16 for its forward and backward, fp32
-gradients reduce-scattered, optimizer state sharded: 16/N plus two gathered bf16 blocks.
+gradients reduce-scattered, optimizer state sharded: 16/N plus two gathered bf16 blocks
+(fp8 with ``enable_fsdp_float8_all_gather``: the blocks are gathered in fp8).
 
 * ``none``: no FSDP: the PyTorch semantics above (autocast).
 * ``zero2``: ``reshard_after_forward=False``: the gathered bf16 parameters of the whole
@@ -174,7 +175,7 @@ def state_layout(
         return _deepspeed(sharding, pb, n, p_ranks, g_ranks, o_ranks)
     if engine == "megatron" and sixteen:
         return _megatron(sharding, pb, p_ranks, g_ranks, o_ranks)
-    if engine == "torchtitan" and sharding != "none" and pb.compute_copy == 2:
+    if engine == "torchtitan" and sharding != "none" and pb.compute_copy:
         return StateLayout(
             engine=engine,
             sharding=sharding,
@@ -186,7 +187,7 @@ def state_layout(
             master_bytes=0,
             state_bytes=4,
             compute_copy_bytes=0,
-            gather_bytes=2,
+            gather_bytes=pb.compute_copy,
             gathered_layers=2,
             unsharded_compute_params=sharding == "zero2",
             notes=(

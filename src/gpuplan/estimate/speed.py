@@ -141,7 +141,7 @@ def estimate_time(
         trainable_stage = (
             adapter_params_per_layer(shape, job.lora_roles, job.lora_rank) * layers_stage / st.tp
         )
-    opt_params = trainable_stage / (st.dp if st.sharding != "none" and st.dp > 1 else 1)
+    opt_params = trainable_stage / (st.shard_degree if st.sharding != "none" and st.dp > 1 else 1)
     opt_bytes = _optimizer_bytes_per_param(job.optimizer, job.precision, full)
     attn = ""
     cudnn = cudnn_attention(job, gpu)
@@ -221,13 +221,18 @@ def estimate_time(
     ov = eff_all.overlap
     dp_total = dp_exposed = 0.0
     if st.dp > 1:
-        if st.sharding in ("zero3", "fsdp"):
+        if st.sharding in ("zero3", "fsdp", "hsdp"):
             stage_params = (layers_stage * shape.params_per_layer + shape.params_embedding) / st.tp
             gather_bytes = stage_params * (pb.compute_copy or pb.param if full else 2)
+            shard = st.shard_degree
             per_micro = 2 * comm.collective_time(
-                "all-gather", gather_bytes, st.dp, dp_per_node, intra, inter
-            ) + comm.collective_time("reduce-scatter", grad_bytes, st.dp, dp_per_node, intra, inter)
+                "all-gather", gather_bytes, shard, dp_per_node, intra, inter
+            ) + comm.collective_time("reduce-scatter", grad_bytes, shard, dp_per_node, intra, inter)
             dp_total = m * per_micro
+            if shard < st.dp:  # hsdp: the sharded gradients are all-reduced across the replicas
+                dp_total += comm.collective_time(
+                    "all-reduce", grad_bytes / shard, st.dp // shard, 1, intra, inter
+                )
             dp_exposed = max(dp_total - ov["fsdp"] * compute, (1 - ov["fsdp"]) * dp_total)
         else:
             if st.sharding == "none":
