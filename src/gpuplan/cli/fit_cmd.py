@@ -9,6 +9,7 @@ import typer
 
 from gpuplan.cli.common import CatalogOpt, JsonOpt, console, print_json
 from gpuplan.cli.spec_cmd import SetOpt
+from gpuplan.estimate.memory import DEFAULT_SAFETY_MARGIN
 
 SpecArg = Annotated[
     Path, typer.Argument(help="Job spec YAML (see `gpuplan spec schema`).", dir_okay=False)
@@ -19,7 +20,8 @@ MarginOpt = Annotated[
         "--safety-margin",
         min=0.0,
         max=0.5,
-        help="Fraction of GPU memory kept free when deciding `fits` (default 0.05).",
+        help="Fraction of the memory the device reports (nvidia-smi memory.total) kept free "
+        f"when deciding `fits` (default {DEFAULT_SAFETY_MARGIN}).",
     ),
 ]
 
@@ -44,7 +46,7 @@ def fit_command(
     trace: Annotated[
         bool, typer.Option("--trace", help="Trace the real PyTorch model (needs the trace extra).")
     ] = False,
-    margin: MarginOpt = 0.05,
+    margin: MarginOpt = DEFAULT_SAFETY_MARGIN,
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
@@ -144,7 +146,8 @@ def _print_breakdown(result: Any) -> None:
     verdict = "[green]fits[/green]" if m.fits else "[red]does not fit[/red]"
     out.print(
         f"{result.gpu.id} x{result.count}: {verdict} - {_gib(m.device_used_bytes)} GiB of "
-        f"{_gib(m.capacity_bytes)} GiB ({m.safety_margin:.0%} kept free), headroom "
+        f"{_gib(m.capacity_bytes)} GiB ({m.capacity_basis}; {m.safety_margin:.0%} kept free), "
+        "headroom "
         f"{_gib(m.headroom_bytes)} GiB, max micro-batch {result.max_micro_batch}"
     )
     out.print(f"strategy: {result.strategy.label()}; peak during {m.peak_phase}; basis: {m.basis}")
@@ -271,7 +274,7 @@ def estimate_command(
     fabric: FabricOpt = None,
     offering: OfferingOpt = None,
     nodes: NodesOpt = None,
-    margin: MarginOpt = 0.05,
+    margin: MarginOpt = DEFAULT_SAFETY_MARGIN,
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,

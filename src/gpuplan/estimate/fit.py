@@ -228,6 +228,7 @@ class FitResult:
             "activation_items_per_token": {i.name: i.bytes_per_token for i in m.activation_items},
             "assumptions": list(m.assumptions),
             "basis": m.basis,
+            "capacity_basis": m.capacity_basis,
         }
 
 

@@ -615,7 +615,8 @@ def estimate_memory(
         + (" with torch.compile" if job.compiled else ""),
         f"CUDA context {rt.context / 2**20:.0f} MiB; allocator reserve "
         f"{ovh.ALLOCATOR_RESERVE_FRACTION:.0%} of allocated (min 256 MiB)",
-        f"fits when device_used <= capacity x (1 - {safety_margin:.0%})",
+        f"fits when device_used <= capacity x (1 - {safety_margin:.0%}); capacity "
+        f"{cap / 2**30:.1f} GiB ({_CAPACITY_BASIS.get(cap_basis, cap_basis)})",
     ]
     return MemoryEstimate(
         peak_allocated_bytes=allocated,
@@ -634,9 +635,16 @@ def estimate_memory(
     )
 
 
+_CAPACITY_BASIS = {
+    "device-reported": "memory.total as the driver reports it",
+    "datasheet": "datasheet figure: no nvidia-smi capture of this GPU is cited",
+    "given": "as given",
+}
+
+
 def _capacity(gpu: GpuSpec | None, given: float | None) -> tuple[float, str]:
     if given is not None:
         return given, "given"
     if gpu is None:
         return math.inf, "none"
-    return float(gpu.memory_bytes), "datasheet"
+    return float(gpu.capacity_bytes), gpu.capacity_basis
