@@ -202,6 +202,21 @@ class JobSpec(_Spec):
     seq_len: int | None = Field(
         default=None, ge=1, le=10_000_000, description="Tokens per sample (text)."
     )
+    mean_seq_len: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="Mean tokens per sample of unpadded data (dynamic padding, no packing): time "
+        "is sized by it, memory by seq_len (the longest sample). With packing: the mean document "
+        "length, which attention (per document) is sized by.",
+    )
+    packing: bool = Field(
+        default=False,
+        description="Samples packed into rows of seq_len tokens (a sample, the batch sizes and "
+        "work.samples then count rows): every row is full, so linear layers cost seq_len tokens "
+        "and memory is sized by seq_len; attention stays within each document (mean_seq_len, "
+        "when given).",
+    )
     image_size: int | None = Field(
         default=None, ge=8, le=8192, description="Image side in pixels (vision)."
     )
@@ -271,7 +286,24 @@ class JobSpec(_Spec):
         if self.global_batch_size is not None and self.global_batch_size % self.micro_batch_size:
             raise ValueError(
                 "global_batch_size must be a multiple of micro_batch_size "
-                f"({self.global_batch_size} % {self.micro_batch_size} != 0)"
+                f"({self.global_batch_size} % {self.micro_batch_size} != 0); nearest valid: "
+                + ", ".join(
+                    map(str, nearest_multiples(self.global_batch_size, self.micro_batch_size))
+                )
+            )
+        if (self.mean_seq_len is not None or self.packing) and self.seq_len is None:
+            raise ValueError(
+                "mean_seq_len and packing describe text data: give seq_len (the longest sample, "
+                "or the packed row length) too"
+            )
+        if (
+            self.mean_seq_len is not None
+            and self.seq_len is not None
+            and self.mean_seq_len > self.seq_len
+        ):
+            raise ValueError(
+                f"mean_seq_len: {self.mean_seq_len} exceeds seq_len {self.seq_len} (the "
+                "longest sample, which memory is sized by)"
             )
         return self
 
@@ -279,6 +311,17 @@ class JobSpec(_Spec):
     def compute_dtype(self) -> str:
         """The hardware dtype of the step's matmuls (bf16, fp16, fp8, tf32, fp32)."""
         return COMPUTE_DTYPE[self.precision]
+
+
+def nearest_multiples(value: int, unit: int) -> list[int]:
+    """The multiples of ``unit`` nearest ``value``: the one below (if any) and the one above.
+
+    >>> nearest_multiples(100, 32)
+    [96, 128]
+    """
+    below = value // unit * unit
+    above = below + unit
+    return [m for m in (below, above) if m > 0 and m != value] or [unit]
 
 
 _UNION_TAGS = ("literal['auto']", "ParallelismSpec")

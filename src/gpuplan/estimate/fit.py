@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
@@ -23,7 +22,7 @@ from gpuplan.estimate.memory import (
 from gpuplan.estimate.shape import Shape, shape_of
 from gpuplan.estimate.sharding import check_sharding
 from gpuplan.estimate.strategy import Strategy, candidate_layouts, grad_accum_for
-from gpuplan.spec import JobSpec, ParallelismSpec
+from gpuplan.spec import JobSpec, ParallelismSpec, nearest_multiples
 
 MAX_MICRO_BATCH_SEARCH = 4096
 
@@ -95,6 +94,8 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         precision=spec.precision,
         optimizer=spec.optimizer,
         seq_len=sequence_length(spec, shape),
+        mean_seq_len=spec.mean_seq_len if shape.is_text else None,
+        packing=spec.packing,
         lora_roles=roles,
         lora_rank=rank,
         lora_dropout=dropout,
@@ -147,7 +148,14 @@ def explicit_strategy(
     mb = micro_batch or spec.micro_batch_size
     ga = grad_accum_for(spec.global_batch_size, mb, dp)
     if ga is None:
-        ga = math.ceil((spec.global_batch_size or mb) / (mb * dp))
+        assert spec.global_batch_size is not None
+        unit = mb * dp
+        raise SpecError(
+            f"global_batch_size: {spec.global_batch_size} does not divide over {dp} data-parallel "
+            f"ranks x micro_batch_size {mb} (multiples of {unit}) on {count} GPUs; nearest valid: "
+            + ", ".join(map(str, nearest_multiples(spec.global_batch_size, unit))),
+            hint="--set global_batch_size=N, or another micro_batch_size or GPU count",
+        )
     return Strategy(
         sharding=par.sharding,
         tp=par.tp,
@@ -172,12 +180,14 @@ def candidate_strategies(
     layers = shape.layers if shape.family != "cnn" else 1
     supported = FRAMEWORKS[spec.framework].shardings
     out = []
+    layouts: set[int] = set()
     for sharding, tp, pp, dp in candidate_layouts(
         count, heads=heads, layers=layers, gpus_per_node=gpus_per_node
     ):
         if sharding not in supported:
             continue
         ga = grad_accum_for(spec.global_batch_size, spec.micro_batch_size, dp)
+        layouts.add(dp)
         if ga is None:
             continue
         out.append(
@@ -193,9 +203,17 @@ def candidate_strategies(
             )
         )
     if not out:
+        assert spec.global_batch_size is not None
+        gb = spec.global_batch_size
+        near = sorted(
+            {m for st in layouts for m in nearest_multiples(gb, spec.micro_batch_size * st)},
+            key=lambda m: (abs(m - gb), m),
+        )[:4]
         raise SpecError(
-            f"global_batch_size: {spec.global_batch_size} is not divisible by micro_batch_size x data-parallel "
-            f"ranks for any layout of {count} GPUs"
+            f"global_batch_size: {gb} is not divisible by micro_batch_size x data-parallel "
+            f"ranks for any layout of {count} GPUs; nearest valid: "
+            + ", ".join(map(str, sorted(near))),
+            hint="--set global_batch_size=N, or another micro_batch_size or GPU count",
         )
     return out
 

@@ -74,7 +74,10 @@ class MemoryJob:
     seq_len: int
     """Tokens per sample that memory is sized for (the longest sample)."""
     mean_seq_len: float | None = None
-    """Mean tokens per sample (unpadded or packed data), which time is sized by."""
+    """Mean tokens per sample of unpadded data (time is sized by it); with ``packing`` the
+    mean document length (attention is sized by it)."""
+    packing: bool = False
+    """Samples packed into full rows of ``seq_len`` tokens."""
     lora_roles: frozenset[str] = frozenset()
     lora_rank: int = 0
     lora_dropout: float = 0.0

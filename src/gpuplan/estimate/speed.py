@@ -99,6 +99,20 @@ def _optimizer_bytes_per_param(optimizer: str, precision: str, full: bool) -> fl
     return 2 * p + g + states + master
 
 
+def time_lengths(shape: Shape, job: MemoryJob) -> tuple[int, int]:
+    """(tokens per sample, tokens each token attends over) that time is sized by.
+
+    Memory is sized by ``job.seq_len``, the longest sample. Unpadded data
+    (``mean_seq_len`` without packing) costs its mean length in both; packed rows are
+    full (``seq_len`` tokens) and attend within each document (``mean_seq_len``).
+    """
+    full = shape.fixed_tokens or job.seq_len
+    if shape.fixed_tokens or job.mean_seq_len is None:
+        return full, full
+    mean = max(1, round(job.mean_seq_len))
+    return (full, mean) if job.packing else (mean, mean)
+
+
 def _work_steps(work: object, global_samples: int, seq: int | None) -> float | None:
     if work is None:
         return None
@@ -153,7 +167,13 @@ def estimate_time(
         f"efficiency ({eff.architecture}): GEMM {eff.gemm:.2f} of dense peak{attn}, "
         f"HBM {eff.hbm:.2f}; {eff.basis}"
     ]
-    seq = shape.fixed_tokens or job.seq_len
+    seq, attn_seq = time_lengths(shape, job)
+    if seq != (shape.fixed_tokens or job.seq_len) or attn_seq != seq:
+        assumptions.append(
+            f"data shape: {seq} tokens per sample for time, attention over {attn_seq} tokens"
+            + (" (packed rows, attention within each document)" if job.packing else "")
+            + f"; memory sized by the longest sample ({job.seq_len} tokens)"
+        )
     if shape.family == "cnn":
         ref = shape.image_size or 224
         scale = ((image_size or ref) / ref) ** 2
@@ -178,12 +198,13 @@ def estimate_time(
             lora_dropout=job.lora_dropout,
             quantized_base=job.method == "qlora",
         )
-        items = list(layer_items_cached(shape, num, tr, seq, job.fused_attention))
+        items = list(layer_items_cached(shape, num, tr, attn_seq, job.fused_attention))
         ct = transformer_step(
             shape,
             gpu,
             st,
             seq=seq,
+            attention_seq=attn_seq,
             dtype=dtype,
             act_bytes=pb.act,
             tr=tr,
