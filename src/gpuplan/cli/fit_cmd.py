@@ -9,7 +9,7 @@ import typer
 
 from gpuplan.cli.common import CatalogOpt, JsonOpt, console, print_json
 from gpuplan.cli.spec_cmd import SetOpt
-from gpuplan.estimate.memory import DEFAULT_SAFETY_MARGIN
+from gpuplan.estimate.margin import DEFAULT_SAFETY_MARGIN
 
 SpecArg = Annotated[
     Path, typer.Argument(help="Job spec YAML (see `gpuplan spec schema`).", dir_okay=False)

@@ -46,6 +46,7 @@ from gpuplan.estimate.activations import (
 )
 from gpuplan.estimate.frameworks import FRAMEWORKS
 from gpuplan.estimate.lora import adapter_params_per_layer
+from gpuplan.estimate.margin import DEFAULT_SAFETY_MARGIN
 from gpuplan.estimate.numerics import (
     NF4_BYTES,
     NF4_BYTES_DQ,
@@ -58,8 +59,8 @@ from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.sharding import StateLayout, state_layout
 from gpuplan.estimate.strategy import Strategy
 
-DEFAULT_SAFETY_MARGIN = 0.05
-"""Share of the device's capacity kept free when deciding ``fits`` (the one place it is set)."""
+__all__ = ["DEFAULT_SAFETY_MARGIN", "MemoryEstimate", "MemoryJob", "estimate_memory"]
+
 
 Lines = tuple[tuple[str, float], ...]
 

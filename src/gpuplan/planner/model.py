@@ -7,7 +7,7 @@ from typing import Any
 
 from gpuplan.cost import CostBreakdown
 from gpuplan.estimate.configure import Configuration
-from gpuplan.estimate.memory import DEFAULT_SAFETY_MARGIN
+from gpuplan.estimate.margin import DEFAULT_SAFETY_MARGIN
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
