@@ -144,3 +144,30 @@ def test_a_renamed_display_label_changes_no_number(
 def test_unknown_framework_is_a_one_line_error() -> None:
     with pytest.raises(GpuPlanError, match="framework"):
         parse_spec({"model": "llama-3-8b", "framework": "jax"})
+
+
+def test_a_compiled_loss_writes_the_logits_gradient_in_16_bits(a100: GpuSpec) -> None:
+    """torch.compile fuses the upcast and log-softmax backward: no fp32 logits gradient."""
+    kw = {"model": "llama-3.2-3b", "seq_len": 4096, "micro_batch_size": 2, "precision": "bf16-true"}
+    eager = fit(parse_spec(kw), a100).memory
+    compiled = fit(parse_spec({**kw, "compile": True}), a100).memory
+    tokens, vocab = 2 * 4096, model_shape("llama-3.2-3b").vocab
+    key = "activations: loss/logits gradients (start of backward)"
+    assert eager.details[key] == pytest.approx(tokens * vocab * 6)
+    assert compiled.details[key] == pytest.approx(tokens * vocab * 2)
+
+
+def test_transformer_engine_keeps_no_fp32_norm_copies_nor_repeated_kv() -> None:
+    from gpuplan.estimate.activations import Numerics, Trainable, layer_items
+
+    shape = model_shape("llama-3-8b")
+    kw = {"seq": 2048, "fused_attention": True}
+    hf = layer_items(shape, Numerics(act_bytes=2, autocast=False), Trainable(full=True), **kw)
+    te = layer_items(
+        shape, Numerics(act_bytes=2, autocast=False, fused_kernels=True), Trainable(full=True), **kw
+    )
+    assert any("rmsnorm fp32" in i.name for i in hf)
+    assert not any("fp32" in i.name for i in te)
+    qkv = {i.name: i.bytes_per_token for i in te}["attn q, k, v (SDPA inputs)"]
+    assert qkv == 2 * (shape.heads + 2 * shape.kv_heads) * shape.head_dim
+    assert sum(i.bytes_per_token for i in te) < sum(i.bytes_per_token for i in hf)
