@@ -566,7 +566,6 @@ def estimate_memory(
     ``capacity_bytes`` defaults to what the device reports (``memory.total``) where the
     catalog has it, else the datasheet figure; ``device_used_bytes`` is compared with it.
     """
-    pb = PRECISIONS[job.precision]
     assumptions: list[str] = []
     stage = stage_params(shape, st)
     lay = layout_for(job, st)
@@ -614,7 +613,9 @@ def estimate_memory(
     usable = cap * (1 - safety_margin)
     assumptions += list(lay.notes)
     assumptions += [
-        f"precision {job.precision}: params {pb.param} B, grads {pb.grad} B, optimizer state {pb.state} B/elem",
+        f"precision {job.precision} under {lay.engine}: params {lay.param_bytes:g} B, grads "
+        f"{tr.grad_bytes:g} B, optimizer state {tr.state_bytes} B/elem"
+        + (f", fp32 master {tr.master_bytes:g} B" if tr.master_bytes else ""),
         f"optimizer {job.optimizer} ({job.optimizer_impl} implementation); framework {job.framework}"
         + (" with torch.compile" if job.compiled else ""),
         f"CUDA context {rt.context / 2**20:.0f} MiB; allocator reserve "
