@@ -574,17 +574,17 @@ def estimate_memory(
     ts = training_state_bytes(shape, job, st, stage, lay, tr, assumptions)
     act = activation_bytes(shape, job, st, lay, tr, image_size, assumptions)
 
-    persistent = w.stored + w.gathered
     # gradients are there through forward/backward when micro-batches accumulate, or
     # when zero_grad zeroes them in place instead of freeing them
     accumulating = st.grad_accum > 1 or job.grads_kept
     live = act.total + ts.gradients if accumulating else max(act.total, ts.gradients)
-    fwd_bwd = persistent + w.compute_copies + ts.optimizer_state + live
-    step = persistent + ts.optimizer_state + ts.gradients + ts.step_temporaries
+    fwd_bwd = w.stored + w.gathered + w.compute_copies + ts.optimizer_state + live
+    # after backward the gathered layers are resharded: the step sees stored parameters only
+    step = w.stored + ts.optimizer_state + ts.gradients + ts.step_temporaries
     if fwd_bwd >= step:
         phase = "forward/backward"
         parts = {
-            "weights": persistent + w.compute_copies,
+            "weights": w.stored + w.gathered + w.compute_copies,
             "gradients": ts.gradients if accumulating else max(0.0, ts.gradients - act.total),
             "optimizer": ts.optimizer_state,
             "activations": act.total,
@@ -592,7 +592,7 @@ def estimate_memory(
     else:
         phase = "optimizer step"
         parts = {
-            "weights": persistent,
+            "weights": w.stored,
             "gradients": ts.gradients,
             "optimizer": ts.optimizer_state + ts.step_temporaries,
             "activations": 0.0,
