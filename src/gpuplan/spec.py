@@ -38,7 +38,8 @@ Precision = Literal[
 Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
 Checkpointing = Literal["none", "selective", "selective-op", "full"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
-Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
+Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
+Framework = Literal["hf", "torchtune", "litgpt", "deepspeed", "megatron", "torchtitan"]
 
 #: The hardware dtype each precision mode computes its matmuls in.
 COMPUTE_DTYPE: dict[str, str] = {
@@ -75,7 +76,18 @@ class LoraSpec(_Spec):
 class ParallelismSpec(_Spec):
     """An explicit parallel strategy; data parallelism fills the remaining GPUs."""
 
-    sharding: Sharding = Field(default="none", description="ZeRO stage or FSDP full sharding.")
+    sharding: Sharding = Field(
+        default="none",
+        description="What is split over the data-parallel ranks; the meaning per `framework` "
+        "is read from that engine's code (gpuplan.estimate.sharding). zero1: optimizer state "
+        "(hf/torchtune/litgpt: fp32 params and grads kept whole under autocast; deepspeed: "
+        "2 + 2 + 12/N bytes per param; megatron: the distributed optimizer, 2 + 4 + 12/N; not "
+        "in torchtitan). zero2: gradients too (deepspeed 2 + 2/N + 12/N; megatron-FSDP "
+        "optim_grads; torchtitan: FSDP2 without resharding after forward). zero3 = fsdp: "
+        "parameters too, gathered layer by layer (deepspeed (2+2+12)/N; megatron-FSDP; "
+        "torchtitan FSDP2: fp32 shards gathered in bf16, fp32 grads, 16/N). hsdp: fsdp within "
+        "a node, replicated across nodes.",
+    )
     tp: int = Field(default=1, ge=1, le=512, description="Tensor-parallel degree.")
     pp: int = Field(default=1, ge=1, le=512, description="Pipeline-parallel degree.")
     vp: int = Field(
@@ -195,6 +207,21 @@ class JobSpec(_Spec):
     seq_len: int | None = Field(
         default=None, ge=1, le=10_000_000, description="Tokens per sample (text)."
     )
+    mean_seq_len: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="Mean tokens per sample of unpadded data (dynamic padding, no packing): time "
+        "is sized by it, memory by seq_len (the longest sample). With packing: the mean document "
+        "length, which attention (per document) is sized by.",
+    )
+    packing: bool = Field(
+        default=False,
+        description="Samples packed into rows of seq_len tokens (a sample, the batch sizes and "
+        "work.samples then count rows): every row is full, so linear layers cost seq_len tokens "
+        "and memory is sized by seq_len; attention stays within each document (mean_seq_len, "
+        "when given).",
+    )
     image_size: int | None = Field(
         default=None, ge=8, le=8192, description="Image side in pixels (vision)."
     )
@@ -205,10 +232,15 @@ class JobSpec(_Spec):
         "matmul output; fp8 matmuls are recomputed) or full (whole layers).",
     )
     offload: Offload = Field(default="none", description="CPU offload of optimizer state / params.")
-    framework: Literal["hf", "torchtune", "litgpt"] = Field(
+    framework: Framework = Field(
         default="hf",
-        description="Training code whose activations are modelled: hf (transformers Trainer/PEFT), "
-        "torchtune or litgpt (they differ in loss chunking, norms and GELU).",
+        description="Training code and engine: hf (transformers Trainer/PEFT, PyTorch "
+        "DDP/FSDP under autocast), torchtune or litgpt (they differ in loss chunking, norms and "
+        "GELU), deepspeed (DeepSpeed ZeRO around HF model code: 16-bit params and grads, fp32 "
+        "master weights sharded with the optimizer state), megatron (Megatron-LM / NeMo / "
+        "Megatron-Bridge: distributed optimizer, Transformer Engine kernels, fp32 main grads) "
+        "or torchtitan (FSDP2: fp32 sharded params gathered in bf16). It decides what each "
+        "`parallelism.sharding` value keeps per parameter.",
     )
     compile: bool = Field(
         default=False, description="torch.compile: pointwise intermediates are recomputed."
@@ -223,7 +255,7 @@ class JobSpec(_Spec):
         ge=1,
         le=4096,
         description="Chunks the LM head and loss run in (1 = the whole logits tensor at once); "
-        "default: the framework's (hf 1, torchtune 8, litgpt 16).",
+        "default: the framework's (torchtune 8, litgpt 16, the others 1).",
     )
     zero_grad: Literal["set_to_none", "zeros"] = Field(
         default="set_to_none",
@@ -262,7 +294,24 @@ class JobSpec(_Spec):
         if self.global_batch_size is not None and self.global_batch_size % self.micro_batch_size:
             raise ValueError(
                 "global_batch_size must be a multiple of micro_batch_size "
-                f"({self.global_batch_size} % {self.micro_batch_size} != 0)"
+                f"({self.global_batch_size} % {self.micro_batch_size} != 0); nearest valid: "
+                + ", ".join(
+                    map(str, nearest_multiples(self.global_batch_size, self.micro_batch_size))
+                )
+            )
+        if (self.mean_seq_len is not None or self.packing) and self.seq_len is None:
+            raise ValueError(
+                "mean_seq_len and packing describe text data: give seq_len (the longest sample, "
+                "or the packed row length) too"
+            )
+        if (
+            self.mean_seq_len is not None
+            and self.seq_len is not None
+            and self.mean_seq_len > self.seq_len
+        ):
+            raise ValueError(
+                f"mean_seq_len: {self.mean_seq_len} exceeds seq_len {self.seq_len} (the "
+                "longest sample, which memory is sized by)"
             )
         self._batch_within_work()
         return self
@@ -291,6 +340,17 @@ class JobSpec(_Spec):
     def compute_dtype(self) -> str:
         """The hardware dtype of the step's matmuls (bf16, fp16, fp8, tf32, fp32)."""
         return COMPUTE_DTYPE[self.precision]
+
+
+def nearest_multiples(value: int, unit: int) -> list[int]:
+    """The multiples of ``unit`` nearest ``value``: the one below (if any) and the one above.
+
+    >>> nearest_multiples(100, 32)
+    [96, 128]
+    """
+    below = value // unit * unit
+    above = below + unit
+    return [m for m in (below, above) if m > 0 and m != value] or [unit]
 
 
 _UNION_TAGS = ("literal['auto']", "ParallelismSpec")

@@ -101,6 +101,15 @@ class GpuSpec(_Frozen):
     )
     form_factor: Literal["sxm", "pcie", "oam", "superchip"]
     memory_bytes: int = Field(gt=0, description="Device memory in bytes (GB on datasheets = 1e9).")
+    memory_total_mib: int | None = Field(
+        default=None,
+        gt=0,
+        description="Device memory as the driver reports it (nvidia-smi memory.total, MiB); what "
+        "device-used bytes are compared with. None where no capture is cited.",
+    )
+    memory_total_source: str | None = Field(
+        default=None, description="The capture memory_total_mib was read from (and its driver)."
+    )
     memory_type: str
     memory_bandwidth_gb_per_s: float = Field(
         gt=0, description="Peak memory bandwidth, GB/s (1e9 B/s)."
@@ -137,6 +146,33 @@ class GpuSpec(_Frozen):
         if "fp32" not in value:
             raise ValueError("peak_tflops_dense.fp32 is required")
         return value
+
+    @model_validator(mode="after")
+    def _memory_total_sourced(self) -> GpuSpec:
+        if self.memory_total_mib is not None:
+            if not self.memory_total_source:
+                raise ValueError(
+                    "memory_total_mib needs memory_total_source (the capture it is from)"
+                )
+            ratio = self.memory_total_mib * 2**20 / self.memory_bytes
+            if not 0.9 <= ratio <= 1.15:
+                raise ValueError(
+                    f"memory_total_mib {self.memory_total_mib} is {ratio:.2f} x memory_bytes; "
+                    "expected the same device memory in MiB"
+                )
+        return self
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Memory the device reports (``memory.total``), else the datasheet figure."""
+        if self.memory_total_mib is not None:
+            return self.memory_total_mib * 2**20
+        return self.memory_bytes
+
+    @property
+    def capacity_basis(self) -> str:
+        """``device-reported`` when memory.total is known, else ``datasheet``."""
+        return "device-reported" if self.memory_total_mib is not None else "datasheet"
 
     @property
     def precisions(self) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ import typer
 
 from gpuplan.cli.common import CatalogOpt, JsonOpt, console, print_json
 from gpuplan.cli.spec_cmd import SetOpt
+from gpuplan.estimate.margin import DEFAULT_SAFETY_MARGIN
 
 SpecArg = Annotated[
     Path, typer.Argument(help="Job spec YAML (see `gpuplan spec schema`).", dir_okay=False)
@@ -19,8 +20,9 @@ MarginOpt = Annotated[
         "--safety-margin",
         min=0.0,
         max=0.5,
-        help="Fraction of GPU memory kept free on top of the estimate when deciding `fits` "
-        "(default 0: the calibrated bounds give the `fits`/`tight`/`no` verdict instead).",
+        help="Fraction of the memory the device reports (nvidia-smi memory.total) kept free "
+        f"when deciding `fits` (default {DEFAULT_SAFETY_MARGIN}: the calibrated bounds give the "
+        "`fits`/`tight`/`no` verdict instead).",
     ),
 ]
 
@@ -45,7 +47,7 @@ def fit_command(
     trace: Annotated[
         bool, typer.Option("--trace", help="Trace the real PyTorch model (needs the trace extra).")
     ] = False,
-    margin: MarginOpt = 0.0,
+    margin: MarginOpt = DEFAULT_SAFETY_MARGIN,
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
@@ -164,7 +166,7 @@ def _print_breakdown(result: Any) -> None:
     out.print(
         f"{result.gpu.id} x{result.count}: {verdict} - {_gib(m.device_used_bytes)} GiB "
         f"(80% range {_gib(lo)}-{_gib(hi)}) of {_gib(m.capacity_bytes)} GiB "
-        f"({m.safety_margin:.0%} kept free), headroom "
+        f"({m.capacity_basis}; {m.safety_margin:.0%} kept free), headroom "
         f"{_gib(m.headroom_bytes)} GiB, max micro-batch {result.max_micro_batch}"
     )
     out.print(f"strategy: {result.strategy.label()}; peak during {m.peak_phase}; basis: {m.basis}")
@@ -310,7 +312,7 @@ def estimate_command(
     fabric: FabricOpt = None,
     offering: OfferingOpt = None,
     nodes: NodesOpt = None,
-    margin: MarginOpt = 0.0,
+    margin: MarginOpt = DEFAULT_SAFETY_MARGIN,
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
 from gpuplan.estimate import bounds as bnd
+from gpuplan.estimate.frameworks import FRAMEWORKS
 from gpuplan.estimate.interleave import with_interleaving
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
@@ -22,8 +22,9 @@ from gpuplan.estimate.memory import (
     estimate_memory,
 )
 from gpuplan.estimate.shape import Shape, shape_of
+from gpuplan.estimate.sharding import check_sharding
 from gpuplan.estimate.strategy import Strategy, candidate_layouts, grad_accum_for
-from gpuplan.spec import JobSpec, ParallelismSpec
+from gpuplan.spec import JobSpec, ParallelismSpec, nearest_multiples
 
 MAX_MICRO_BATCH_SEARCH = 4096
 
@@ -95,6 +96,8 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         precision=spec.precision,
         optimizer=spec.optimizer,
         seq_len=sequence_length(spec, shape),
+        mean_seq_len=spec.mean_seq_len if shape.is_text else None,
+        packing=spec.packing,
         lora_roles=roles,
         lora_rank=rank,
         lora_dropout=dropout,
@@ -111,8 +114,6 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
 
 
 def _optimizer_impl(spec: JobSpec) -> str:
-    from gpuplan.estimate.frameworks import FRAMEWORKS
-
     if spec.optimizer_impl != "auto":
         return spec.optimizer_impl
     if spec.optimizer in ("adamw-8bit", "adafactor"):
@@ -121,10 +122,20 @@ def _optimizer_impl(spec: JobSpec) -> str:
 
 
 def explicit_strategy(
-    spec: JobSpec, count: int, shape: Shape, micro_batch: int | None = None
+    spec: JobSpec,
+    count: int,
+    shape: Shape,
+    micro_batch: int | None = None,
+    *,
+    gpus_per_node: int = 8,
 ) -> Strategy:
-    """The strategy the spec names, on ``count`` GPUs."""
+    """The strategy the spec names, on ``count`` GPUs.
+
+    ``hsdp`` shards over the data-parallel ranks of one node (``gpus_per_node / (tp x pp)``)
+    and replicates across nodes.
+    """
     par = spec.parallelism if isinstance(spec.parallelism, ParallelismSpec) else ParallelismSpec()
+    check_sharding(spec.framework, par.sharding)
     if count % (par.tp * par.pp):
         raise SpecError(
             f"parallelism: tp x pp = {par.tp * par.pp} does not divide the GPU count {count}"
@@ -139,7 +150,14 @@ def explicit_strategy(
     mb = micro_batch or spec.micro_batch_size
     ga = grad_accum_for(spec.global_batch_size, mb, dp)
     if ga is None:
-        ga = math.ceil((spec.global_batch_size or mb) / (mb * dp))
+        assert spec.global_batch_size is not None
+        unit = mb * dp
+        raise SpecError(
+            f"global_batch_size: {spec.global_batch_size} does not divide over {dp} data-parallel "
+            f"ranks x micro_batch_size {mb} (multiples of {unit}) on {count} GPUs; nearest valid: "
+            + ", ".join(map(str, nearest_multiples(spec.global_batch_size, unit))),
+            hint="--set global_batch_size=N, or another micro_batch_size or GPU count",
+        )
     return Strategy(
         sharding=par.sharding,
         tp=par.tp,
@@ -150,6 +168,7 @@ def explicit_strategy(
         grad_accum=ga,
         activation_checkpointing=spec.activation_checkpointing,
         offload=spec.offload,
+        shard_ranks=max(1, gpus_per_node // (par.tp * par.pp)) if par.sharding == "hsdp" else 0,
     )
 
 
@@ -158,15 +177,20 @@ def candidate_strategies(
 ) -> list[Strategy]:
     """Strategies to consider: the spec's own if explicit, else every layout for ``count``."""
     if isinstance(spec.parallelism, ParallelismSpec):
-        return [explicit_strategy(spec, count, shape)]
+        return [explicit_strategy(spec, count, shape, gpus_per_node=gpus_per_node)]
     heads = shape.heads if shape.family != "cnn" else 1
     layers = shape.layers if shape.family != "cnn" else 1
     kv_heads = shape.kv_heads if shape.family != "cnn" else 1
+    supported = FRAMEWORKS[spec.framework].shardings
     out = []
+    layouts: set[int] = set()
     for sharding, tp, pp, dp in candidate_layouts(
         count, heads=heads, kv_heads=kv_heads, layers=layers, gpus_per_node=gpus_per_node
     ):
+        if sharding not in supported:
+            continue
         ga = grad_accum_for(spec.global_batch_size, spec.micro_batch_size, dp)
+        layouts.add(dp)
         if ga is None:
             continue
         out.append(
@@ -182,9 +206,17 @@ def candidate_strategies(
             )
         )
     if not out:
+        assert spec.global_batch_size is not None
+        gb = spec.global_batch_size
+        near = sorted(
+            {m for st in layouts for m in nearest_multiples(gb, spec.micro_batch_size * st)},
+            key=lambda m: (abs(m - gb), m),
+        )[:4]
         raise SpecError(
-            f"global_batch_size: {spec.global_batch_size} is not divisible by micro_batch_size x data-parallel "
-            f"ranks for any layout of {count} GPUs"
+            f"global_batch_size: {gb} is not divisible by micro_batch_size x data-parallel "
+            f"ranks for any layout of {count} GPUs; nearest valid: "
+            + ", ".join(map(str, sorted(near))),
+            hint="--set global_batch_size=N, or another micro_batch_size or GPU count",
         )
     return out
 
@@ -243,6 +275,7 @@ class FitResult:
             "verdict": self.verdict,
             "job_class": self.job_class,
             "bounds_basis": self.memory_bounds.describe(),
+            "capacity_basis": m.capacity_basis,
         }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
+SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,6 +26,14 @@ class Strategy:
     grad_accum: int = 1
     activation_checkpointing: str = "none"
     offload: str = "none"
+    shard_ranks: int = 0
+    """Ranks the sharded state is split over; 0 = every data-parallel rank (``hsdp``: the
+    data-parallel ranks within one node)."""
+
+    @property
+    def shard_degree(self) -> int:
+        """Data-parallel ranks that share one copy of the sharded state."""
+        return min(self.dp, self.shard_ranks) if self.shard_ranks else self.dp
 
     @property
     def gpus(self) -> int:

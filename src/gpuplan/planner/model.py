@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuplan.cost import CostBreakdown
 from gpuplan.estimate.configure import Configuration
+from gpuplan.estimate.margin import DEFAULT_SAFETY_MARGIN
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,7 +25,7 @@ class PlanSettings:
     image_pull_s: float = 180.0
     cold_start_s: float = 120.0
     commitment: str = "whole-terms"
-    safety_margin: float = 0.0
+    safety_margin: float = DEFAULT_SAFETY_MARGIN
     risk: str = "medium"
     """How the memory verdict ranks options: ``low`` keeps only ``fits`` (the 80% upper bound
     fits), ``medium`` also keeps ``tight`` ones (only the estimate fits) but ranks them after

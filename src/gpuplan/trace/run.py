@@ -363,14 +363,23 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             "--trace: tensor/pipeline parallel layouts are estimated analytically only",
             hint="drop --trace, or set parallelism to sharding only",
         )
+    from gpuplan.estimate.frameworks import FRAMEWORKS
+
+    engine = FRAMEWORKS[spec.framework].engine
+    if engine != "pytorch" and st.sharding != "none" and st.dp > 1:
+        raise SpecError(
+            f"--trace: traces PyTorch autocast training; {spec.framework}'s {st.sharding} "
+            "is estimated analytically only",
+            hint="drop --trace, or set framework: hf",
+        )
     traced = trace_memory(spec)
     cats = dict(traced.categories_at_peak)
-    dp = st.dp
+    dp = st.shard_degree
     if dp > 1 and st.sharding != "none":
         cats["opt"] = cats.get("opt", 0.0) / dp
-        if st.sharding in ("zero2", "zero3", "fsdp"):
+        if st.sharding in ("zero2", "zero3", "fsdp", "hsdp"):
             cats["grad"] = cats.get("grad", 0.0) / dp
-        if st.sharding in ("zero3", "fsdp"):
+        if st.sharding in ("zero3", "fsdp", "hsdp"):
             cats["param"] = cats.get("param", 0.0) / dp
     model_bytes = sum(cats.values())
     m = analytic.memory
