@@ -26,6 +26,7 @@ from gpuplan.estimate.fit import (
     model_shape,
     strategy_class,
 )
+from gpuplan.estimate.frameworks import FRAMEWORKS
 from gpuplan.estimate.interleave import with_interleaving
 from gpuplan.estimate.layout_search import (
     SearchSpace,
@@ -37,7 +38,7 @@ from gpuplan.estimate.layout_search import (
 from gpuplan.estimate.memory import DEFAULT_SAFETY_MARGIN, MemoryEstimate, estimate_memory
 from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.speed import TimeEstimate, estimate_time
-from gpuplan.estimate.strategy import Strategy
+from gpuplan.estimate.strategy import AUTO_SHARDINGS, Strategy
 from gpuplan.spec import JobSpec, ParallelismSpec
 
 
@@ -119,6 +120,17 @@ def search_space(spec: JobSpec, shape: Shape, count: int, gpus_per_node: int) ->
         micro_batch=spec.micro_batch_size,
         checkpointing=checkpointing_modes(spec.activation_checkpointing),
         offload=spec.offload,
+        shardings=auto_shardings(spec.framework, count, gpus_per_node),
+    )
+
+
+def auto_shardings(framework: str, count: int, gpus_per_node: int) -> tuple[str, ...]:
+    """The sharding stages ``parallelism: auto`` tries: those the engine implements
+    (:data:`gpuplan.estimate.frameworks.FRAMEWORKS`), and ``hsdp`` only across nodes (within one
+    node it shards over every GPU, the same arithmetic as ``zero3``)."""
+    supported = FRAMEWORKS[framework].shardings
+    return tuple(
+        s for s in AUTO_SHARDINGS if s in supported and (s != "hsdp" or count > gpus_per_node)
     )
 
 

@@ -44,6 +44,7 @@ from gpuplan.errors import SpecError
 from gpuplan.estimate.memory import MemoryEstimate
 from gpuplan.estimate.speed import TimeEstimate
 from gpuplan.estimate.strategy import (
+    AUTO_SHARDINGS,
     Strategy,
     candidate_layouts,
     grad_accum_for,
@@ -70,6 +71,8 @@ class SearchSpace:
     micro_batch: int
     checkpointing: tuple[str, ...]
     offload: str
+    shardings: tuple[str, ...] = AUTO_SHARDINGS
+    """Sharding stages to try (those the framework implements)."""
 
 
 def checkpointing_modes(spec_mode: str) -> tuple[str, ...]:
@@ -93,6 +96,7 @@ def layout_groups(space: SearchSpace) -> tuple[tuple[Strategy, ...], ...]:
             kv_heads=space.kv_heads,
             layers=space.layers,
             gpus_per_node=space.gpus_per_node,
+            shardings=space.shardings,
         ),
         key=lambda lay: (lay[2], lay[1], lay[0] != "none", lay[0]),
     )
