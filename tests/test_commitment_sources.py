@@ -96,3 +96,30 @@ def test_a_job_of_weeks_picks_the_monthly_commitment(cat: Catalog) -> None:
     best = plan(spec, cat, PlanSettings(top=5)).options[0]
     assert best.billing_mode == "monthly"
     assert best.provider == "tencent"
+
+
+USER_RULE = """
+commitment_rules:
+  - provider: aws
+    mode: reserved-1y
+    discount: 0.40
+    instance_types: ["p5.*"]
+    regions: [us-east-1]
+    source: "AWS quote 2026-11-20, account 1234"
+    source_kind: user
+    as_of: 2026-11-20
+"""
+
+
+def test_user_quote_as_a_rule_prices_one_region(tmp_path: Path) -> None:
+    # the overrides example of docs/catalog.md: a user's own quote, derived per region
+    over = tmp_path / "quote.yaml"
+    over.write_text(USER_RULE, encoding="utf-8")
+    cat = load_catalog(over, use_user=False)
+    off = cat.offering("aws", "p5.48xlarge")
+    od = off.price("on-demand", "us-east-1")
+    reserved = off.price("reserved-1y", "us-east-1")
+    assert od is not None and reserved is not None
+    assert reserved.per_hour == pytest.approx(od.hourly_equivalent * 0.6, rel=1e-6)
+    assert reserved.source_kind == "user" and "40% off on-demand" in (reserved.derived or "")
+    assert off.price("reserved-1y", "us-west-2") is None  # only the quoted region
