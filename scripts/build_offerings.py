@@ -35,12 +35,15 @@ Rules applied everywhere:
 * A price is never invented. A shape without a sourced price ships without
   ``prices`` and says so in ``notes``. The only arithmetic is GCP's host VM +
   accelerator join (skypilot-catalog issue #31).
-* One row per (provider, instance type), the loader's key. When on-demand
-  prices differ by region, the row lists the regions sharing the *cheapest*
-  on-demand price and ``notes`` gives the spread elsewhere.
-* Spot is the lowest spot price in the listed regions (zone/AZ minimum). A spot
-  price above on-demand is dropped with a note (skypilot#4914; the GCP H200 and
-  A100-80GB rows show it).
+* One row per (provider, instance type), the loader's key, listing every
+  region with a price. Prices are per region: one price per billing mode and
+  group of regions that charge the same amount; a price that applies to all of
+  the row's regions is written without ``regions``.
+* Spot in a region is the lowest zone/AZ price there. A spot price above that
+  region's on-demand price is dropped with a note (skypilot#4914; the GCP H200
+  and A100-80GB rows show it).
+* Each price stays in the currency it was published in (Alibaba's overseas
+  regions on the China site: CNY; Tencent's international site: USD).
 * GPU names map to the canonical ids of ``gpus.yaml``; a GPU without an
   unambiguous id is left out and listed by ``--report``.
 * vGPU frame buffers are GiB (NVIDIA vGPU profiles are sized in GiB; Azure's
@@ -146,11 +149,22 @@ def _date(value: Any) -> dt.date:
 
 
 def _drop_spot_above_on_demand(row: Row) -> Row:
-    """Last line of defence for the spot trap, whatever the source module did."""
-    prices = {p["mode"]: p for p in row.get("prices", [])}
-    spot, od = prices.get("spot"), prices.get("on-demand")
-    if spot and od and spot["currency"] == od["currency"] and spot["per_hour"] > od["per_hour"]:
-        row = {**row, "prices": [p for p in row["prices"] if p["mode"] != "spot"]}
+    """Last line of defence for the spot trap, region by region, whatever the module did."""
+    prices = row.get("prices", [])
+    regions = row["regions"]
+
+    def where(p: Row) -> set[str]:
+        return set(p.get("regions") or regions)
+
+    bad = []
+    for spot in (p for p in prices if p["mode"] == "spot"):
+        for od in (p for p in prices if p["mode"] == "on-demand"):
+            if (where(spot) & where(od) and spot["currency"] == od["currency"]
+                    and spot["per_hour"] > od["per_hour"]):
+                bad.append(spot)
+                break
+    if bad:
+        row = {**row, "prices": [p for p in prices if not any(p is b for b in bad)]}
         row["notes"] = (row.get("notes", "") + " Spot above on-demand in the source; dropped.")
     return row
 

@@ -10,11 +10,18 @@ minimise the median |log(predicted / measured)| over its rows, never per row; gr
 fewer than 2 rows keep their prior. GEMM, attention and overlap interact, so they are
 fitted in turns from fixed starting values for at most 4 rounds: a re-run on the same
 table writes the same values. The parameters trade off against each other along flat
-valleys (the median moves little), so read single values with that in mind. Also reports
-a 2-fold cross-validated median error (fit on even rows, test on odd, and back), so the
-in-sample numbers are not the only ones quoted.
+valleys (the median moves little), so read single values with that in mind.
 
-Usage: python scripts/fit_efficiency.py [--write]   (--write updates efficiency.yaml)
+It also fits leave-one-source-out: once per source of the table (a repository, an MLPerf
+submitter, a paper: ``gpuplan.validation.source_of``), on the rows of all other sources,
+from the unfitted priors; the folds go to ``validation/loso_efficiency.yaml``, which
+``gpuplan validate training`` uses for the out-of-sample error and ``scripts/fit_bounds.py``
+for the bounds. Each fitted parameter is listed there with its rows and whether fitting it
+lowers the leave-one-source-out error of those rows. Takes about 3 minutes on one core.
+
+Usage: python scripts/fit_efficiency.py [--write | --check]
+  --write  updates efficiency.yaml and validation/loso_efficiency.yaml
+  --check  exits 1 when either is out of date (CI)
 """
 
 from __future__ import annotations
@@ -24,17 +31,22 @@ import math
 import re
 import statistics
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
+import yaml
+
+from gpuplan import holdout
 from gpuplan.catalog.loader import load_catalog
 from gpuplan.errors import GpuPlanError
 from gpuplan.estimate import calibration
-from gpuplan.validation import UNIT_SCALE, predict_training, read_table
+from gpuplan.validation import UNIT_SCALE, predict_training, read_table, source_of
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE = REPO / "validation" / "training.csv"
 YAML = REPO / "src" / "gpuplan" / "estimate" / "efficiency.yaml"
+LOSO = REPO / "validation" / holdout.LOSO_EFFICIENCY_FILE
 GRID = [round(0.15 + 0.01 * i, 2) for i in range(76)]  # 0.15 .. 0.90 (no GEMM sustains more)
 MIN_ROWS = 2
 LONG_SEQ = 8192
@@ -71,7 +83,7 @@ def _error(rows: list[dict[str, str]]) -> list[float]:
 
 
 def _fit_tp_overlap(
-    rows: list[dict[str, str]], base: calibration.Efficiencies
+    rows: list[dict[str, str]], base: calibration.Efficiencies, verbose: bool = True
 ) -> calibration.Efficiencies:
     """Fit the fraction of tensor-parallel traffic hidden behind compute on rows with tp > 1."""
     members = [r for r in rows if re.search(r"\btp: ([2-9]|\d\d)", r["spec"])]
@@ -85,6 +97,8 @@ def _fit_tp_overlap(
         if errs and statistics.median(errs) < best[0]:
             best = (statistics.median(errs), value)
     calibration.use_efficiencies(None)
+    if not verbose:
+        return dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": best[1]})
     print(
         f"  overlap tensor_parallel = {best[1]:.2f} on {len(members)} rows (median |log err| {best[0]:.3f})"
     )
@@ -92,11 +106,16 @@ def _fit_tp_overlap(
 
 
 def _fit_key(
-    effs: calibration.Efficiencies, arch: str, key: str, members: list[dict[str, str]]
+    effs: calibration.Efficiencies,
+    arch: str,
+    key: str,
+    members: list[dict[str, str]],
+    verbose: bool = True,
 ) -> calibration.Efficiencies:
     """Grid-search one parameter of one architecture on its member rows."""
     if len(members) < MIN_ROWS:
-        print(f"  {arch:13s} {key:9s}   kept prior: only {len(members)} row(s)")
+        if verbose:
+            print(f"  {arch:13s} {key:9s}   kept prior: only {len(members)} row(s)")
         return effs
     best = (math.inf, getattr(effs.archs[arch], key))
     for value in GRID:
@@ -107,6 +126,8 @@ def _fit_key(
             if score < best[0]:
                 best = (score, value)
     calibration.use_efficiencies(None)
+    if not verbose:
+        return _with(effs, arch, key, best[1])
     print(
         f"  {arch:13s} {key:9s} = {best[1]:.2f} on {len(members)} rows (median |log err| {best[0]:.3f})"
     )
@@ -123,6 +144,9 @@ START = {
 """Where every fitted parameter starts, whatever efficiency.yaml holds, so a re-run of this
 script on the same table writes the same values."""
 START_TP_OVERLAP = 0.85
+FIXED: frozenset[str] = frozenset()
+"""Parameters not fitted, kept at their prior (``START``), because fitting them raised the
+leave-one-source-out error of their rows (``--fix=NAME,...`` tries more)."""
 MAX_ROUNDS = 4
 CUDNN_OVER_FLASH2 = {"Hopper": 2.0}
 """cuDNN-class over FlashAttention-2-class attention throughput, measured: on H100 631 vs 329
@@ -139,7 +163,9 @@ def _fitted(effs: calibration.Efficiencies) -> tuple[float, ...]:
     )
 
 
-def fit(rows: list[dict[str, str]], base: calibration.Efficiencies) -> calibration.Efficiencies:
+def fit(
+    rows: list[dict[str, str]], base: calibration.Efficiencies, verbose: bool = True
+) -> calibration.Efficiencies:
     """Fitted parameters for the given rows.
 
     GEMM efficiencies per (architecture, class); each architecture's fused attention
@@ -157,22 +183,28 @@ def fit(rows: list[dict[str, str]], base: calibration.Efficiencies) -> calibrati
             if _long_fused(row):
                 key = "attention_cudnn" if "attention: cudnn" in row["spec"] else "attention"
                 groups[(arch, key)].append(row)
-    effs = dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": START_TP_OVERLAP})
+    fix_tp = "overlap.tensor_parallel" in FIXED
+    tp_start = base.overlap["tensor_parallel"] if fix_tp else START_TP_OVERLAP
+    effs = dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": tp_start})
     for arch in CUDNN_OVER_FLASH2:
         groups.pop((arch, "attention_cudnn"), None)
+    for arch, key in [k for k in groups if f"{k[0]}.{k[1]}" in FIXED]:
+        groups.pop((arch, key))
     for (arch, key), members in groups.items():
         if len(members) >= MIN_ROWS:
             effs = _with(effs, arch, key, START[key])
     order = sorted(groups.items(), key=lambda kv: (kv[0][1].startswith("attention"), kv[0]))
     for n in range(1, MAX_ROUNDS + 1):
         before = _fitted(effs)
-        print(f" round {n}")
+        if verbose:
+            print(f" round {n}")
         for (arch, key), members in order:
-            effs = _fit_key(effs, arch, key, members)
+            effs = _fit_key(effs, arch, key, members, verbose)
             if key == "attention" and arch in CUDNN_OVER_FLASH2:
                 cudnn = round(CUDNN_OVER_FLASH2[arch] * effs.archs[arch].attention, 2)
                 effs = _with(effs, arch, "attention_cudnn", cudnn)
-        effs = _fit_tp_overlap(rows, effs)
+        if not fix_tp:
+            effs = _fit_tp_overlap(rows, effs, verbose)
         if _fitted(effs) == before:
             break
     return effs
@@ -190,40 +222,212 @@ def _median_pct(rows: list[dict[str, str]], effs: calibration.Efficiencies) -> f
     return statistics.median(errs)
 
 
-def main() -> int:
-    rows = [r for r in read_table(TABLE) if r.get("status") == "ok"]
+def _groups(rows: list[dict[str, str]]) -> dict[str, list[str]]:
+    """Each fitted parameter (flattened name) and the ids of the rows it is fitted on."""
+    cat = load_catalog(use_user=False)
     base = calibration.efficiencies()
-    print("fold A (even rows) -> test on odd rows")
-    fa = fit(rows[0::2], base)
-    print("fold B (odd rows) -> test on even rows")
-    fb = fit(rows[1::2], base)
-    cv = statistics.median([_median_pct(rows[1::2], fa), _median_pct(rows[0::2], fb)])
+    out: dict[str, list[str]] = defaultdict(list)
+    for row in rows:
+        arch = cat.gpu(row["gpu"]).architecture
+        if arch not in base.archs:
+            continue
+        out[f"{arch}.{_class(row)}"].append(row["id"])
+        if _long_fused(row):
+            key = "attention_cudnn" if "attention: cudnn" in row["spec"] else "attention"
+            if not (key == "attention_cudnn" and arch in CUDNN_OVER_FLASH2):
+                out[f"{arch}.{key}"].append(row["id"])
+    out["overlap.tensor_parallel"] = [
+        r["id"] for r in rows if re.search(r"\btp: ([2-9]|\d\d)", r["spec"])
+    ]
+    return {k: v for k, v in sorted(out.items()) if len(v) >= MIN_ROWS and k not in FIXED}
+
+
+def _prior(name: str) -> float:
+    """The unfitted value of a parameter: where the fit starts."""
+    key = name.rsplit(".", 1)[1]
+    return START_TP_OVERLAP if name == "overlap.tensor_parallel" else START[key]
+
+
+def _fold_names(groups: dict[str, list[str]]) -> list[str]:
+    derived = [
+        f"{arch}.attention_cudnn" for arch in CUDNN_OVER_FLASH2 if f"{arch}.attention" in groups
+    ]
+    return sorted([*groups, *derived])
+
+
+def _prior_base(
+    base: calibration.Efficiencies, groups: dict[str, list[str]]
+) -> calibration.Efficiencies:
+    """``base`` with every parameter the full table fits reset to its prior, so that a fold
+    without a source knows nothing the source taught."""
+    params = {name: _prior(name) for name in groups}
+    for arch, ratio in CUDNN_OVER_FLASH2.items():
+        if f"{arch}.attention" in params:
+            params[f"{arch}.attention_cudnn"] = round(ratio * params[f"{arch}.attention"], 2)
+    return holdout.efficiencies_with(base, params)
+
+
+def _predict_ids(
+    rows: list[dict[str, str]], effs: calibration.Efficiencies
+) -> dict[str, tuple[float | None, float]]:
+    """(predicted, measured) per row id under ``effs``."""
+    calibration.use_efficiencies(effs)
+    out: dict[str, tuple[float | None, float]] = {}
+    try:
+        for row in rows:
+            measured = float(row["measured"]) * UNIT_SCALE.get(row["unit"], 1)
+            try:
+                predicted: float | None = predict_training(row, REPO)[0]
+            except GpuPlanError:
+                predicted = None
+            out[row["id"]] = (predicted, measured)
+    finally:
+        calibration.use_efficiencies(None)
+    return out
+
+
+def _median_abs(pairs: list[tuple[float | None, float]]) -> float | None:
+    errs = [abs(p / m - 1) for p, m in pairs if p is not None and p > 0]
+    return round(statistics.median(errs), 4) if errs else None
+
+
+def loso(rows: list[dict[str, str]], base: calibration.Efficiencies) -> dict[str, object]:
+    """Fit without each source in turn; the folds, and per parameter its LOSO figures."""
+    groups = _groups(rows)
+    names = _fold_names(groups)
+    prior = _prior_base(base, groups)
+    sources = sorted({source_of(r) for r in rows})
+    folds: dict[str, object] = {}
+    fitted_pairs: dict[str, list[tuple[float | None, float]]] = defaultdict(list)
+    prior_pairs: dict[str, list[tuple[float | None, float]]] = defaultdict(list)
+    for held in sources:
+        print(f"fold without {held}")
+        train = [r for r in rows if source_of(r) != held]
+        test = [r for r in rows if source_of(r) == held]
+        effs = fit(train, prior, verbose=False)
+        params = {n: round(holdout.param_value(effs, n), 4) for n in names}
+        folds[held] = {"held_out": [r["id"] for r in test], "params": params}
+        got = _predict_ids(test, effs)
+        for name, ids in groups.items():
+            members = [r for r in test if r["id"] in ids]
+            if not members:
+                continue
+            fitted_pairs[name] += [got[r["id"]] for r in members]
+            unfitted = {name: _prior(name)}
+            for arch, ratio in CUDNN_OVER_FLASH2.items():
+                if name == f"{arch}.attention":
+                    unfitted[f"{arch}.attention_cudnn"] = round(ratio * _prior(name), 2)
+            alt = _predict_ids(members, holdout.efficiencies_with(effs, unfitted))
+            prior_pairs[name] += list(alt.values())
+    fitted = {
+        name: {
+            "value": round(holdout.param_value(calibration.efficiencies(), name), 4),
+            "prior": _prior(name),
+            "loso_median_fitted": _median_abs(fitted_pairs[name]),
+            "loso_median_prior": _median_abs(prior_pairs[name]),
+            "rows": ids,
+        }
+        for name, ids in groups.items()
+    }
+    return {"schema_version": "1", "sources": folds, "fitted": fitted}
+
+
+LOSO_HEADER = """\
+# Leave-one-source-out folds of the speed model's efficiencies (efficiency.yaml).
+# For each source of validation/training.csv (gpuplan.validation.source_of: a repository,
+# an MLPerf submitter, a paper), `params` are the values scripts/fit_efficiency.py fits on
+# the table without that source's rows, starting from the unfitted priors (a parameter with
+# fewer than 2 rows left keeps its prior); `gpuplan validate training` predicts the
+# `held_out` rows with them. `fitted` lists every fitted parameter with the rows it is fitted
+# on, and the leave-one-source-out median |error| of those rows with the parameter fitted
+# and at its prior (the other parameters as fitted in each fold).
+# Generated by `python scripts/fit_efficiency.py --write`; `--check` fails when this file
+# or efficiency.yaml is out of date. Do not edit by hand.
+"""
+
+
+def _loso_text(data: dict[str, object]) -> str:
+    return LOSO_HEADER + yaml.safe_dump(data, sort_keys=False, width=100)
+
+
+def _write_yaml(fitted: calibration.Efficiencies, base: calibration.Efficiencies) -> str:
+    text = YAML.read_text()
+    for arch, eff in fitted.archs.items():
+        block = re.search(rf"(\n  {re.escape(arch)}:\n(?:    .*\n|      .*\n)+)", text)
+        if not block:
+            continue
+        old = block.group(1)
+        new = old
+        for key in ("gemm", "gemm_fp8", "gemm_fp32", "attention", "attention_cudnn"):
+            value = getattr(eff, key)
+            if re.search(rf"\n    {key}: ", new):
+                new = re.sub(rf"(\n    {key}: )[0-9.]+", rf"\g<1>{value:.2f}", new)
+            elif value != getattr(base.archs[arch], key):
+                new = new.replace("\n    hbm:", f"\n    {key}: {value:.2f}\n    hbm:")
+        text = text.replace(old, new)
+    return re.sub(
+        r"(\n  tensor_parallel: )[0-9.]+",
+        rf"\g<1>{fitted.overlap['tensor_parallel']:.2f}",
+        text,
+    )
+
+
+def main() -> int:
+    t0 = time.perf_counter()
+    global FIXED
+    rows = [r for r in read_table(TABLE) if r.get("status") == "ok"]
+    extra = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--fix=")]
+    FIXED = FIXED | {n for a in extra for n in a.split(",") if n}
+    base = holdout.efficiencies_with(calibration.efficiencies(), {n: _prior(n) for n in FIXED})
+    if FIXED:
+        print(f"not fitted (kept at their priors): {', '.join(sorted(FIXED))}")
     print("all rows")
     fitted = fit(rows, base)
     in_sample = _median_pct(rows, fitted)
-    print(f"2-fold cross-validated median |error| ~{cv:.1%}; in-sample {in_sample:.1%}")
-    if "--write" in sys.argv:
-        text = YAML.read_text()
-        for arch, eff in fitted.archs.items():
-            block = re.search(rf"(\n  {re.escape(arch)}:\n(?:    .*\n|      .*\n)+)", text)
-            if not block:
-                continue
-            old = block.group(1)
-            new = old
-            for key in ("gemm", "gemm_fp8", "gemm_fp32", "attention", "attention_cudnn"):
-                value = getattr(eff, key)
-                if re.search(rf"\n    {key}: ", new):
-                    new = re.sub(rf"(\n    {key}: )[0-9.]+", rf"\g<1>{value:.2f}", new)
-                elif value != getattr(base.archs[arch], key):
-                    new = new.replace("\n    hbm:", f"\n    {key}: {value:.2f}\n    hbm:")
-            text = text.replace(old, new)
-        text = re.sub(
-            r"(\n  tensor_parallel: )[0-9.]+",
-            rf"\g<1>{fitted.overlap['tensor_parallel']:.2f}",
-            text,
+    data = loso(rows, base)
+    pairs = [
+        p
+        for fold in data["sources"].values()  # type: ignore[attr-defined]
+        for p in _predict_ids(
+            [r for r in rows if r["id"] in fold["held_out"]],
+            holdout.efficiencies_with(base, fold["params"]),
+        ).values()
+    ]
+    print(
+        f"in-sample median |error| {in_sample:.1%}; leave-one-source-out {_median_abs(pairs):.1%}"
+    )
+    for name, c in data["fitted"].items():  # type: ignore[attr-defined]
+        verdict = (
+            "lowers"
+            if (c["loso_median_fitted"] or 0) <= (c["loso_median_prior"] or 0)
+            else "DOES NOT lower"
         )
-        YAML.write_text(text)
-        print(f"wrote {YAML}")
+        print(
+            f"  {name:28s} {c['value']:.2f} on {len(c['rows']):3d} rows: LOSO median "
+            f"{c['loso_median_fitted']} fitted vs {c['loso_median_prior']} at prior {c['prior']} ({verdict})"
+        )
+    yaml_text, loso_text = _write_yaml(fitted, base), _loso_text(data)
+    if "--check" in sys.argv:
+        stale = [
+            p.name
+            for p, text in ((YAML, yaml_text), (LOSO, loso_text))
+            if not p.is_file() or p.read_text() != text
+        ]
+        print(f"took {time.perf_counter() - t0:.0f} s")
+        if stale:
+            print(
+                f"error: {', '.join(stale)} out of date with validation/training.csv and the model; "
+                "run python scripts/fit_efficiency.py --write",
+                file=sys.stderr,
+            )
+            return 1
+        print("efficiency.yaml and loso_efficiency.yaml are up to date")
+        return 0
+    if "--write" in sys.argv:
+        YAML.write_text(yaml_text)
+        LOSO.write_text(loso_text)
+        print(f"wrote {YAML} and {LOSO}")
+    print(f"took {time.perf_counter() - t0:.0f} s")
     return 0
 
 

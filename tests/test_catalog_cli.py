@@ -169,14 +169,16 @@ def test_import_skypilot(cli, shared_ref: Path, tmp_path: Path, cloud: str) -> N
     imported = [r for r in rows if "SkyPilot-format" in r["source"]]
     assert imported
     if cloud == "gcp":
-        a3 = next(
-            r
-            for r in imported
-            if r["instance_type"] == "a3-highgpu-8g" and "us-central1" in r["regions"]
+        a3 = next(r for r in imported if r["instance_type"] == "a3-highgpu-8g")
+        central = next(
+            p
+            for p in a3["region_prices"]
+            if p["region"] == "us-central1" and p["mode"] == "on-demand"
         )
         # host VM ($9.46/h in us-central1) + 8 x H100 row ($33.61/h), per the reference README
-        assert a3["hourly"]["on-demand"] == pytest.approx(9.46 + 33.61, abs=0.1)
+        assert central["hourly_equivalent"] == pytest.approx(9.46 + 33.61, abs=0.1)
         assert a3["gpu"] == "H100-SXM"
+        assert len({r["instance_type"] for r in imported}) == len(imported)  # one row per type
     for r in imported:
         if "spot" in r["hourly"] and "on-demand" in r["hourly"]:
             assert r["hourly"]["spot"] < r["hourly"]["on-demand"]

@@ -27,11 +27,32 @@ MANUAL = REPO / "scripts" / "offerings_manual.yaml"
 SHARED_REF = REPO.parent / "shared" / "reference"
 TODAY_BOUND = "2026-11-29"
 
-REQUIRED_GPU_IDS = frozenset({
-    "T4", "A10", "A10G", "L4", "L40S", "V100-16GB", "V100-32GB", "A100-40GB", "A100-80GB",
-    "A100-80GB-PCIE", "H100-SXM", "H100-PCIE", "H100-NVL", "H200", "H20", "B200", "GB200",
-    "MI300X", "MI325X", "RTX-4090", "RTX-3090", "RTX-A6000",
-})
+REQUIRED_GPU_IDS = frozenset(
+    {
+        "T4",
+        "A10",
+        "A10G",
+        "L4",
+        "L40S",
+        "V100-16GB",
+        "V100-32GB",
+        "A100-40GB",
+        "A100-80GB",
+        "A100-80GB-PCIE",
+        "H100-SXM",
+        "H100-PCIE",
+        "H100-NVL",
+        "H200",
+        "H20",
+        "B200",
+        "GB200",
+        "MI300X",
+        "MI325X",
+        "RTX-4090",
+        "RTX-3090",
+        "RTX-A6000",
+    }
+)
 REQUIRED_PROVIDERS = {"aws", "gcp", "azure", "alibaba", "tencent", "lambda", "runpod"}
 
 
@@ -80,8 +101,19 @@ def test_coverage() -> None:
 def test_breadth_for_planning() -> None:
     offerings = _offerings()
     gpus = {o.gpu for o in offerings}
-    for gpu in ("T4", "A10", "A10G", "L4", "L40S", "V100-16GB", "A100-40GB", "A100-80GB",
-                "H100-SXM", "H200", "B200"):
+    for gpu in (
+        "T4",
+        "A10",
+        "A10G",
+        "L4",
+        "L40S",
+        "V100-16GB",
+        "A100-40GB",
+        "A100-80GB",
+        "H100-SXM",
+        "H200",
+        "B200",
+    ):
         assert gpu in gpus, gpu
     assert any(o.gpu_count == 8 and o.intra_node == "nvswitch" for o in offerings)
     assert any(o.gpu_count < 1 and o.gpu_memory_bytes for o in offerings)
@@ -131,9 +163,35 @@ def test_slices_and_interconnect_are_consistent() -> None:
 
 
 def test_chinese_clouds_price_in_cny() -> None:
+    """China-site prices stay CNY, overseas regions too; Tencent's international site is USD."""
     for o in _offerings():
         if o.provider in {"alibaba", "tencent", "huawei"}:
-            assert all(p.currency == "CNY" for p in o.prices), o.key
+            for p in o.prices:
+                intl = o.provider == "tencent" and p.regions == ("ap-guangzhou",)
+                assert p.currency == ("USD" if intl else "CNY"), o.key
+
+
+def test_alibaba_priced_region_by_region() -> None:
+    rows = [o for o in _offerings() if o.provider == "alibaba" and o.prices]
+    assert len(rows) >= 40
+    regions = {r for o in rows for p in o.prices for r in o.price_regions(p)}
+    assert {"cn-beijing", "cn-hangzhou", "ap-southeast-1", "us-east-1"} <= regions
+    assert all(o.source_kind == "api-dump" for o in rows)
+    a10 = next(o for o in rows if o.instance_type == "ecs.gn7i-c8g1.2xlarge")
+    assert len(a10.region_prices("on-demand")) >= 10
+    slices = [o for o in rows if o.instance_type.startswith(("ecs.sgn7i-vws", "ecs.vgn7i-vws"))]
+    assert slices and all(o.hosting == "vgpu-slice" and o.gpu == "A10" for o in slices)
+    assert all(o.gpu_memory_bytes for o in slices if o.gpu_count < 1)
+
+
+def test_prices_are_per_region() -> None:
+    """aws p5.48xlarge: us-east-1 and us-west-2 keep their own spot price (issue 12)."""
+    p5 = next(o for o in _offerings() if o.key == ("aws", "p5.48xlarge"))
+    east, west = p5.price("spot", "us-east-1"), p5.price("spot", "us-west-2")
+    assert east is not None and west is not None and east.per_hour != west.per_hour
+    for o in _offerings():
+        for p in o.prices:
+            assert set(p.regions) <= set(o.regions), o.key
 
 
 def test_manual_file_is_well_formed() -> None:
@@ -155,7 +213,9 @@ def test_producer_regenerates_identical_files(tmp_path: Path) -> None:
         pytest.skip("../shared/reference is not present beside the repository")
     result = subprocess.run(
         [sys.executable, str(SCRIPT), str(SHARED_REF), "--out", str(tmp_path)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     fresh = {p.name: p.read_bytes() for p in sorted(tmp_path.glob("*.yaml"))}

@@ -288,6 +288,25 @@ def test_commitments(price: Price, policy: str, run_h: float, total: float, unus
     assert any(word in a for a in b.assumptions)
 
 
+def test_job_of_weeks_mixes_whole_terms_and_on_demand() -> None:
+    """31 days: one month committed, the last day on demand (issue 12's mix), not two months."""
+    month = _price("monthly", per_month=730.0)  # $1/h
+    od = _price("on-demand", per_hour=2.0)
+    off = _offering("aws", od, month)
+    b = job_cost(off, month, 1, 744 * 3600, catalog=_catalog(off), currency="USD",
+                 options=_opts(), region="r1")  # fmt: skip
+    wall_h = 744 + b.startup_s / 3600
+    assert b.total == pytest.approx(730.0 + (wall_h - 730) * 2.0)
+    assert b.commitment_unused == 0
+    assert b.on_demand_remainder == pytest.approx((wall_h - 730) * 1.0)
+    assert any("on demand" in a for a in b.assumptions)
+    assert any("break-even at 50%" in a for a in b.assumptions)
+    # shorter than a term: the commitment option still buys one whole term
+    short = job_cost(off, month, 1, 240 * 3600, catalog=_catalog(off), currency="USD",
+                     options=_opts(), region="r1")  # fmt: skip
+    assert short.total == pytest.approx(730.0)
+
+
 def test_commitment_policy_is_checked() -> None:
     with pytest.raises(ValueError, match="commitment"):
         _opts(commitment="some")
@@ -435,7 +454,7 @@ def test_every_builtin_price_costs() -> None:
         for price in off.prices:
             b = job_cost(off, price, 2, 5 * 3600, catalog=cat, currency="USD", options=opts)
             parts = (b.compute, b.startup, b.spot_overhead, b.rounding, b.commitment_unused,
-                     b.storage, b.egress)  # fmt: skip
+                     b.on_demand_remainder, b.storage, b.egress)  # fmt: skip
             assert b.total == pytest.approx(sum(p for p in parts if p is not None))
             assert b.total >= b.compute > 0
 

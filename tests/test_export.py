@@ -52,6 +52,19 @@ def with_strategy(o: Option, **changes: Any) -> Option:
     return dataclasses.replace(o, configuration=conf)
 
 
+def with_model_parallel(p: Plan, *, tp: int, pp: int) -> Option:
+    """An option of ``p`` with tp x pp model parallelism: the plan's own when it has one, else a
+    data-parallel option whose GPUs are regrouped into tp x pp x dp (the LoRA example's plan may
+    have none, since the layout search finds data parallelism faster wherever it fits)."""
+    for o in p.options:
+        st = o.configuration.strategy
+        if launchable(o) and (tp == 1 or st.tp > 1) and (pp == 1 or st.pp > 1):
+            return o
+    base = pick(p, lambda o: launchable(o) and o.configuration.strategy.dp % (tp * pp) == 0)
+    dp = base.configuration.strategy.dp // (tp * pp)
+    return with_strategy(base, tp=tp, pp=pp, dp=dp)
+
+
 def with_topology(o: Option, **changes: Any) -> Option:
     conf = o.configuration
     topo = dataclasses.replace(conf.topology, **changes)
@@ -130,7 +143,10 @@ def test_skypilot_header_states_the_estimate(full: Plan, spec: JobSpec) -> None:
 
 
 def test_skypilot_run_writes_the_config_it_uses(full: Plan, spec: JobSpec) -> None:
-    o = pick(full, lambda o: launchable(o) and o.configuration.strategy.sharding == "zero3")
+    # the LoRA example's plan has no ZeRO-3 option (the layout search finds ZeRO-1 faster
+    # wherever both fit), so a launchable data-parallel option is switched to ZeRO-3
+    o = pick(full, lambda o: launchable(o) and o.configuration.strategy.dp > 1)
+    o = with_strategy(o, sharding="zero3")
     run = yaml.safe_load(export(o, spec, "skypilot"))["run"]
     body = re.search(r"cat > ds_config.json <<'GPUPLAN_EOF'\n(.*?)\nGPUPLAN_EOF", run, re.S)
     assert body is not None
@@ -333,7 +349,7 @@ def test_fsdp_accelerate_config(full: Plan, spec: JobSpec) -> None:
 
 
 def test_megatron_flags_for_tensor_and_pipeline_parallel(full: Plan, spec: JobSpec) -> None:
-    o = pick(full, lambda o: o.configuration.strategy.tp > 1)
+    o = with_model_parallel(full, tp=2, pp=1)
     st = o.configuration.strategy
     args = torchrun_args(export(o, spec, "torchrun"))
     assert flag(args, "--tensor-model-parallel-size") == str(st.tp)
@@ -341,14 +357,15 @@ def test_megatron_flags_for_tensor_and_pipeline_parallel(full: Plan, spec: JobSp
     assert flag(args, "--micro-batch-size") == str(st.micro_batch_size)
     assert flag(args, "--global-batch-size") == str(st.micro_batch_size * st.grad_accum * st.dp)
     assert flag(args, "--recompute-granularity") == "full"
-    pp = pick(full, lambda o: o.configuration.strategy.pp > 1)
+    pp = with_model_parallel(full, tp=1, pp=2)
     args = torchrun_args(export(pp, spec, "torchrun"))
     assert flag(args, "--pipeline-model-parallel-size") == str(pp.configuration.strategy.pp)
 
 
 def test_megatron_interleaved_pipeline_flag(full: Plan, spec: JobSpec) -> None:
     """The export asks Megatron for the interleaved schedule the estimate assumed (vp > 1)."""
-    o = pick(full, lambda o: o.configuration.strategy.pp > 1)
+    # the search may itself pick interleaving: start from the plain 1F1B schedule
+    o = with_strategy(with_model_parallel(full, tp=1, pp=2), vp=1)
     plain = torchrun_args(export(o, spec, "torchrun"))
     assert "--num-virtual-stages-per-pipeline-rank" not in plain
     conf = o.configuration
@@ -360,10 +377,7 @@ def test_megatron_interleaved_pipeline_flag(full: Plan, spec: JobSpec) -> None:
 
 
 def test_megatron_with_zero_uses_deepspeed_config(full: Plan, spec: JobSpec) -> None:
-    o = pick(
-        full,
-        lambda o: o.configuration.strategy.tp > 1 and o.configuration.strategy.sharding == "zero1",
-    )
+    o = with_strategy(with_model_parallel(full, tp=2, pp=1), sharding="zero1")
     parts = sections(export(o, spec, "torchrun"))
     args = torchrun_args(parts["launch"])
     assert flag(args, "--deepspeed_config") == "ds_config.json"

@@ -87,7 +87,8 @@ def test_exact_counts_from_the_brief(preset: str, expected: int) -> None:
 
 def test_rounded_figures_are_within_half_a_percent_except_mpt_7b() -> None:
     for info in list_presets():
-        if not info.published_exact and info.id != "mpt-7b":
+        # mpt-7b and falcon-180b: cards round further than 0.5 % (see presets.yaml notes)
+        if not info.published_exact and info.id not in ("mpt-7b", "falcon-180b"):
             assert info.tolerance_pct <= 0.5, info.id
 
 

@@ -281,3 +281,25 @@ def test_auto_attention_follows_pytorch_sdpa(cat, gpu_id: str, cudnn: bool) -> N
     pinned = configure(_long_seq_spec(attention=kind), gpu, 8, topo, require_fit=False)
     assert auto.time.parts["attention"] == pytest.approx(pinned.time.parts["attention"], rel=1e-9)
     assert ("cuDNN class" in " ".join(auto.time.assumptions)) is cudnn
+
+
+def test_efficiency_file_is_strict() -> None:
+    """Every parameter is stated in efficiency.yaml; a missing or unknown key is an error."""
+    from importlib import resources
+
+    import yaml
+
+    from gpuplan.errors import CatalogError
+    from gpuplan.estimate.calibration import parse_efficiency_file
+
+    text = resources.files("gpuplan.estimate").joinpath("efficiency.yaml").read_text("utf-8")
+    data = yaml.safe_load(text)
+    assert parse_efficiency_file(data).archs["Ampere"].attention_cudnn == 0.31
+    missing = yaml.safe_load(text)
+    del missing["architectures"]["Ampere"]["gemm_fp32"]
+    with pytest.raises(CatalogError, match="Ampere.gemm_fp32"):
+        parse_efficiency_file(missing)
+    unknown = yaml.safe_load(text)
+    unknown["overlap"]["fsdp_prefetch"] = 0.5
+    with pytest.raises(CatalogError, match="fsdp_prefetch"):
+        parse_efficiency_file(unknown)

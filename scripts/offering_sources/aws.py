@@ -22,7 +22,7 @@ from offering_sources.common import (
     RegionPrices,
     Row,
     first_url,
-    fmt,
+    grouped,
     hourly,
     intra_for,
     num,
@@ -118,6 +118,7 @@ def _offering(
                   "read into prices_aws.csv).", "Shape from an undated AWS doc copy seen in 2026."]
     first = prs[0] if prs else shape
     return offering(
+        source_kind="catalog" if prs else "official",
         provider="aws", instance_type=it, regions=regions, gpu=gpu, gpu_count=count,
         gpu_memory_bytes=memory, vcpus=num(first.get("vcpus")), ram_gb=num(first.get("ram_gb")),
         intra_node="none" if count < 1 else intra_for(count, LINK.get(family, "pcie")),
@@ -138,15 +139,18 @@ def _prices(
         rp.add(r["region"], num(r["price_on_demand_per_hour"]), num(r["price_spot_per_hour"]))
     regions, prices, choose_notes = rp.choose()
     notes = []
-    if len(rp.spot) > 1:
-        notes.append("Spot by region (lowest AZ, Local Zones excluded): " + ", ".join(
-            f"{r} {fmt(s)}" for r, s in sorted(rp.spot.items())) + ".")
-    notes += [n for n in choose_notes if not n.startswith("Spot is the lowest")]
+    if rp.spot:
+        notes.append("Spot per region is the lowest AZ price (Local Zones excluded).")
+    notes += choose_notes
     has_od = any(p["mode"] == "on-demand" for p in prices)
-    alt_spots = [s for s in (num(r["price_spot_per_hour"]) for r in alt) if s is not None]
-    if has_od and alt_spots and not any(p["mode"] == "spot" for p in prices):
-        prices.append(hourly("spot", min(alt_spots), "USD", source=alt[0]["source"],
-                             as_of=CROSS_CHECK_AS_OF))
+    alt_spot: dict[str, float] = {}
+    for r in alt:
+        s = num(r["price_spot_per_hour"])
+        if s is not None and r["region"] in rp.on_demand:
+            alt_spot[r["region"]] = min(s, alt_spot.get(r["region"], s))
+    if has_od and alt_spot and not any(p["mode"] == "spot" for p in prices):
+        prices += grouped("spot", alt_spot, regions, "USD", source=alt[0]["source"],
+                          as_of=CROSS_CHECK_AS_OF)
         notes.append("The v8 snapshot has no spot price; spot comes from the anycloud-sh/catalog "
                      "AWS snapshot of 2026-04-02.")
     if alt:

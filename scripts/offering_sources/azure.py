@@ -107,6 +107,7 @@ def _offering(size: str, rows: list[dict[str, str]]) -> Row:
     else:
         vgpu_note = "Full A10 via vGPU; GRID licence included." if is_nv else ""
     return offering(
+        source_kind="catalog",
         provider="azure", instance_type=size, regions=regions, gpu=gpu, gpu_count=count,
         gpu_memory_bytes=slice_gib * GIB if slice_gib else None,
         vcpus=num(rows[0]["vCPUs"]), ram_gb=num(rows[0]["MemoryGiB"]),

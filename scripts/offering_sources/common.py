@@ -24,7 +24,12 @@ GPU_IDS = frozenset({
 FIELD_ORDER = (
     "provider", "instance_type", "regions", "gpu", "gpu_count", "gpu_memory_bytes", "vcpus",
     "ram_gb", "intra_node", "inter_node_gbps", "fabric", "hosting", "compliance", "cold_start",
-    "prices", "source", "as_of", "notes",
+    "prices", "source", "source_kind", "as_of", "notes",
+)
+
+PRICE_ORDER = (
+    "mode", "per_hour", "per_month", "per_year", "currency", "regions", "granularity_s",
+    "minimum_s", "source", "source_kind", "as_of", "derived",
 )
 
 SKIPPED: set[tuple[str, str, str]] = set()
@@ -148,6 +153,7 @@ def offering(
     compliance: Iterable[str] = (),
     cold_start: str | None = None,
     prices: Iterable[Row] = (),
+    source_kind: str | None = None,
 ) -> Row:
     """One offering row in schema field order, without empty fields."""
     if gpu not in GPU_IDS:
@@ -167,20 +173,42 @@ def offering(
         "hosting": hosting if hosting != "virtualized" else None,
         "compliance": sorted(set(compliance)) or None,
         "cold_start": cold_start,
-        "prices": list(prices) or None,
+        "prices": [{k: p[k] for k in PRICE_ORDER if k in p} for p in prices] or None,
         "source": source,
+        "source_kind": source_kind,
         "as_of": as_of,
         "notes": " ".join(n.strip() for n in notes if n and n.strip()) or None,
     }
     return {k: v for k, v in row.items() if v is not None}
 
 
+def grouped(mode: str, by_region: dict[str, float], regions: list[str], currency: str,
+            **extra: Any) -> list[Row]:
+    """Prices of one mode, one per group of regions charging the same amount.
+
+    Amounts are compared to 4 decimals (catalogs print one list price with
+    different precision: 21.957642 vs 21.95764); a group keeps its lowest value.
+    A group covering every region in ``regions`` is written without ``regions``
+    (it applies to all of the offering's regions). Cheapest group first.
+    """
+    groups: dict[float, list[str]] = {}
+    for region, amount in by_region.items():
+        groups.setdefault(round(amount, 4), []).append(region)
+    out = []
+    for key in sorted(groups):
+        members = sorted(groups[key])
+        price = hourly(mode, min(by_region[r] for r in members), currency, **extra)
+        if members != sorted(regions):
+            price["regions"] = members
+        out.append(price)
+    return out
+
+
 class RegionPrices:
     """On-demand and spot prices of one instance type, per region.
 
-    The schema allows one row per (provider, instance type), so :meth:`choose`
-    keeps the regions that share the cheapest on-demand price and turns the
-    rest into a note.
+    :meth:`choose` keeps every region: one price per group of regions that
+    charge the same, per mode (the schema's per-region prices).
     """
 
     def __init__(self) -> None:
@@ -195,7 +223,7 @@ class RegionPrices:
             self.spot[region] = min(spot, self.spot.get(region, spot))
 
     def choose(self, currency: str = "USD") -> tuple[list[str], list[Row], list[str]]:
-        """Regions sharing the cheapest on-demand price, their prices, and notes."""
+        """Every priced region, its prices grouped by amount, and notes."""
         notes: list[str] = []
         dropped = sorted(
             r for r, s in self.spot.items() if r in self.on_demand and s > self.on_demand[r]
@@ -204,28 +232,18 @@ class RegionPrices:
         if dropped:
             notes.append(f"Spot above on-demand in {', '.join(dropped)} in the source; those "
                          "spot prices were dropped.")
-        if not self.on_demand:
-            if spot:
-                notes.append("The source has no on-demand price, only spot.")
-                return sorted(spot), [hourly("spot", min(spot.values()), currency)], notes
+        if not self.on_demand and not spot:
             return [], [], notes
-        # Catalogs print one list price with different precision (21.957642 vs
-        # 21.95764), so prices are compared to 4 decimals.
-        low = round(min(self.on_demand.values()), 4)
-        regions = sorted(r for r, p in self.on_demand.items() if round(p, 4) == low)
-        cheapest = min(self.on_demand[r] for r in regions)
-        prices = [hourly("on-demand", cheapest, currency)]
-        others = sorted(p for r, p in self.on_demand.items() if r not in regions)
-        if others:
-            notes.append(f"Listed regions share the cheapest on-demand price; {len(others)} "
-                         f"other region(s) charge {fmt(others[0])}-{fmt(others[-1])} "
-                         f"{currency}/h.")
-        spots = [spot[r] for r in regions if r in spot]
-        if spots and min(spots) <= cheapest:
-            prices.append(hourly("spot", min(spots), currency))
-            if min(spots) == cheapest:
-                notes.append("The source's spot price equals on-demand here.")
-            if len(set(spots)) > 1:
-                notes.append(f"Spot is the lowest zone price in the listed regions (range "
-                             f"{fmt(min(spots))}-{fmt(max(spots))} {currency}/h).")
+        if not self.on_demand:
+            notes.append("The source has no on-demand price, only spot.")
+        regions = sorted(set(self.on_demand) | set(spot))
+        prices = [*grouped("on-demand", self.on_demand, regions, currency),
+                  *grouped("spot", spot, regions, currency)]
+        same = sorted(r for r, s in spot.items() if s == self.on_demand.get(r))
+        if same:
+            notes.append(f"The source's spot price equals on-demand in {', '.join(same)}.")
+        if self.on_demand and len({round(v, 4) for v in self.on_demand.values()}) > 1:
+            low, high = min(self.on_demand.values()), max(self.on_demand.values())
+            notes.append(f"On-demand {fmt(low)}-{fmt(high)} {currency}/h across "
+                         f"{len(self.on_demand)} regions.")
         return regions, prices, notes

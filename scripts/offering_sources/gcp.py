@@ -109,6 +109,7 @@ def _bundled(it: str, vm: Vm, acc: Acc) -> Row | None:
                  "free was not verified, so no total is given."]
     gbps, fabric, net_note = NETWORK.get(it, (None, None, ""))
     return offering(
+        source_kind="catalog",
         provider="gcp", instance_type=it, regions=regions, gpu=gpu, gpu_count=count,
         vcpus=num(hosts[0]["vCPUs"]), ram_gb=num(hosts[0]["MemoryGiB"]),
         intra_node=intra_for(count, "pcie" if gpu == "L4" else "sxm"),
@@ -141,6 +142,7 @@ def _attached(name: str, count: int, vm: Vm, acc: Acc) -> Row | None:
         rp.add(h["Region"], _sum(h["Price"], a["Price"]), _sum(h["SpotPrice"], a["SpotPrice"]))
     regions, prices, notes = rp.choose()
     return offering(
+        source_kind="catalog",
         provider="gcp", instance_type=f"{host_type}+{name}:{count}", regions=regions, gpu=gpu,
         gpu_count=count, vcpus=num(pairs[0][0]["vCPUs"]), ram_gb=num(pairs[0][0]["MemoryGiB"]),
         intra_node=intra_for(count, link), prices=prices, source=SOURCE, as_of=ANYCLOUD_AS_OF,

@@ -132,6 +132,7 @@ def _offering(provider: str, it: str, rows: list[dict[str, str]]) -> Row:
         notes.append("PCIe cards with NVLink bridges (per the catalog's GPU name).")
     has_host = provider != "vast"
     return offering(
+        source_kind="catalog",
         provider=provider, instance_type=it, regions=regions, gpu=gpu, gpu_count=count,
         vcpus=num(rows[0]["vCPUs"]) if has_host else None,
         ram_gb=num(rows[0]["MemoryGiB"]) if has_host else None,

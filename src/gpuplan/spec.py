@@ -21,12 +21,14 @@ Example::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuplan.errors import SpecError
+from gpuplan.schema_base import UserModel
 from gpuplan.units import parse_duration_s
 
 Method = Literal["full", "lora", "qlora"]
@@ -36,7 +38,8 @@ Precision = Literal[
 Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
 Checkpointing = Literal["none", "selective", "selective-op", "full"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
-Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
+Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
+Framework = Literal["hf", "torchtune", "litgpt", "deepspeed", "megatron", "torchtitan"]
 
 #: The hardware dtype each precision mode computes its matmuls in.
 COMPUTE_DTYPE: dict[str, str] = {
@@ -50,7 +53,7 @@ COMPUTE_DTYPE: dict[str, str] = {
 }
 
 
-class _Spec(BaseModel):
+class _Spec(UserModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -73,7 +76,18 @@ class LoraSpec(_Spec):
 class ParallelismSpec(_Spec):
     """An explicit parallel strategy; data parallelism fills the remaining GPUs."""
 
-    sharding: Sharding = Field(default="none", description="ZeRO stage or FSDP full sharding.")
+    sharding: Sharding = Field(
+        default="none",
+        description="What is split over the data-parallel ranks; the meaning per `framework` "
+        "is read from that engine's code (gpuplan.estimate.sharding). zero1: optimizer state "
+        "(hf/torchtune/litgpt: fp32 params and grads kept whole under autocast; deepspeed: "
+        "2 + 2 + 12/N bytes per param; megatron: the distributed optimizer, 2 + 4 + 12/N; not "
+        "in torchtitan). zero2: gradients too (deepspeed 2 + 2/N + 12/N; megatron-FSDP "
+        "optim_grads; torchtitan: FSDP2 without resharding after forward). zero3 = fsdp: "
+        "parameters too, gathered layer by layer (deepspeed (2+2+12)/N; megatron-FSDP; "
+        "torchtitan FSDP2: fp32 shards gathered in bf16, fp32 grads, 16/N). hsdp: fsdp within "
+        "a node, replicated across nodes.",
+    )
     tp: int = Field(default=1, ge=1, le=512, description="Tensor-parallel degree.")
     pp: int = Field(default=1, ge=1, le=512, description="Pipeline-parallel degree.")
     vp: int = Field(
@@ -129,7 +143,10 @@ class ConstraintsSpec(_Spec):
     def _duration(cls, value: Any) -> Any:
         if value is None:
             return None
-        return parse_duration_s(value, field="constraints.deadline")
+        seconds = parse_duration_s(value, field="constraints.deadline")
+        if seconds <= 0:
+            raise ValueError(f"constraints.deadline: must be longer than 0, got {value!r}")
+        return seconds
 
     @field_validator("billing")
     @classmethod
@@ -190,6 +207,21 @@ class JobSpec(_Spec):
     seq_len: int | None = Field(
         default=None, ge=1, le=10_000_000, description="Tokens per sample (text)."
     )
+    mean_seq_len: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="Mean tokens per sample of unpadded data (dynamic padding, no packing): time "
+        "is sized by it, memory by seq_len (the longest sample). With packing: the mean document "
+        "length, which attention (per document) is sized by.",
+    )
+    packing: bool = Field(
+        default=False,
+        description="Samples packed into rows of seq_len tokens (a sample, the batch sizes and "
+        "work.samples then count rows): every row is full, so linear layers cost seq_len tokens "
+        "and memory is sized by seq_len; attention stays within each document (mean_seq_len, "
+        "when given).",
+    )
     image_size: int | None = Field(
         default=None, ge=8, le=8192, description="Image side in pixels (vision)."
     )
@@ -200,10 +232,15 @@ class JobSpec(_Spec):
         "matmul output; fp8 matmuls are recomputed) or full (whole layers).",
     )
     offload: Offload = Field(default="none", description="CPU offload of optimizer state / params.")
-    framework: Literal["hf", "torchtune", "litgpt"] = Field(
+    framework: Framework = Field(
         default="hf",
-        description="Training code whose activations are modelled: hf (transformers Trainer/PEFT), "
-        "torchtune or litgpt (they differ in loss chunking, norms and GELU).",
+        description="Training code and engine: hf (transformers Trainer/PEFT, PyTorch "
+        "DDP/FSDP under autocast), torchtune or litgpt (they differ in loss chunking, norms and "
+        "GELU), deepspeed (DeepSpeed ZeRO around HF model code: 16-bit params and grads, fp32 "
+        "master weights sharded with the optimizer state), megatron (Megatron-LM / NeMo / "
+        "Megatron-Bridge: distributed optimizer, Transformer Engine kernels, fp32 main grads) "
+        "or torchtitan (FSDP2: fp32 sharded params gathered in bf16). It decides what each "
+        "`parallelism.sharding` value keeps per parameter.",
     )
     compile: bool = Field(
         default=False, description="torch.compile: pointwise intermediates are recomputed."
@@ -218,7 +255,7 @@ class JobSpec(_Spec):
         ge=1,
         le=4096,
         description="Chunks the LM head and loss run in (1 = the whole logits tensor at once); "
-        "default: the framework's (hf 1, torchtune 8, litgpt 16).",
+        "default: the framework's (torchtune 8, litgpt 16, the others 1).",
     )
     zero_grad: Literal["set_to_none", "zeros"] = Field(
         default="set_to_none",
@@ -235,7 +272,10 @@ class JobSpec(_Spec):
         "cuDNN >= 9.15) and fused elsewhere.",
     )
     parallelism: Literal["auto"] | ParallelismSpec = Field(
-        default="auto", description="'auto' or {sharding, tp, pp}."
+        default="auto",
+        description="'auto' (search tensor x pipeline (with vp) x data parallelism, sharding, "
+        "checkpointing and micro-batch for the fastest layout that fits, keeping "
+        "global_batch_size) or {sharding, tp, pp, vp}.",
     )
     work: WorkSpec | None = Field(
         default=None, description="{tokens}, {samples, epochs} or {steps}."
@@ -254,14 +294,63 @@ class JobSpec(_Spec):
         if self.global_batch_size is not None and self.global_batch_size % self.micro_batch_size:
             raise ValueError(
                 "global_batch_size must be a multiple of micro_batch_size "
-                f"({self.global_batch_size} % {self.micro_batch_size} != 0)"
+                f"({self.global_batch_size} % {self.micro_batch_size} != 0); nearest valid: "
+                + ", ".join(
+                    map(str, nearest_multiples(self.global_batch_size, self.micro_batch_size))
+                )
             )
+        if (self.mean_seq_len is not None or self.packing) and self.seq_len is None:
+            raise ValueError(
+                "mean_seq_len and packing describe text data: give seq_len (the longest sample, "
+                "or the packed row length) too"
+            )
+        if (
+            self.mean_seq_len is not None
+            and self.seq_len is not None
+            and self.mean_seq_len > self.seq_len
+        ):
+            raise ValueError(
+                f"mean_seq_len: {self.mean_seq_len} exceeds seq_len {self.seq_len} (the "
+                "longest sample, which memory is sized by)"
+            )
+        self._batch_within_work()
         return self
+
+    def _batch_within_work(self) -> None:
+        """A step may not hold more samples than the whole job (that answer is silently wrong)."""
+        work = self.work
+        if work is None or work.steps is not None:
+            return
+        if work.samples is not None:
+            job = work.samples * (work.epochs or 1.0)
+            source = "work.samples" + (" x work.epochs" if work.epochs is not None else "")
+        elif work.tokens is not None and self.seq_len is not None:
+            job = work.tokens / self.seq_len
+            source = "work.tokens / seq_len"
+        else:
+            return
+        batch = self.global_batch_size
+        if batch is not None and batch > job:
+            raise ValueError(
+                f"global_batch_size: {batch:,} samples per step is more than the whole job "
+                f"({source} = {job:,.0f} samples); lower it or give more work"
+            )
 
     @property
     def compute_dtype(self) -> str:
         """The hardware dtype of the step's matmuls (bf16, fp16, fp8, tf32, fp32)."""
         return COMPUTE_DTYPE[self.precision]
+
+
+def nearest_multiples(value: int, unit: int) -> list[int]:
+    """The multiples of ``unit`` nearest ``value``: the one below (if any) and the one above.
+
+    >>> nearest_multiples(100, 32)
+    [96, 128]
+    """
+    below = value // unit * unit
+    above = below + unit
+    return [m for m in (below, above) if m > 0 and m != value] or [unit]
 
 
 _UNION_TAGS = ("literal['auto']", "ParallelismSpec")
@@ -285,16 +374,21 @@ def _describe(exc: ValidationError) -> str:
         msg = f"{msg}, got {err.get('input')!r}"
     if path == "parallelism" and err["type"] == "literal_error":
         msg += " (or a mapping {sharding, tp, pp})"
+    if not path and re.match(r"^[a-z_][a-z_.]*: ", msg):
+        return msg  # a model-level check that names its own field
     return f"{path or 'spec'}: {msg}"
 
 
-def _parse_scalar(text: str) -> Any:
-    import yaml
+def _parse_scalar(text: str, key: str) -> Any:
+    from gpuplan.errors import GpuPlanError
+    from gpuplan.userfile import parse_yaml
 
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+        return parse_yaml(text, what=f"--set {key}", path=None, error=SpecError)
+    except GpuPlanError as exc:
+        if "malformed YAML" in exc.message:
+            return text
+        raise
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -317,7 +411,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             child = dict(child) if isinstance(child, dict) else {}
             node[part] = child
             node = child
-        node[parts[-1]] = _parse_scalar(raw)
+        node[parts[-1]] = _parse_scalar(raw, key.strip())
     return out
 
 
@@ -345,32 +439,32 @@ def spec_from_text(
 ) -> JobSpec:
     """Parse job-spec text (YAML or JSON) and apply ``--set`` overrides.
 
-    The one parser behind ``load_spec`` (files) and the web API (request bodies).
+    The web API's parser for request bodies; it reads through
+    :func:`gpuplan.userfile.parse_yaml`, so a body is refused (alias bombs, deep
+    nesting, duplicate keys) exactly as :func:`load_spec` refuses a file.
     """
-    import yaml
+    from gpuplan.userfile import parse_yaml
 
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise SpecError(
-            f"{origin}:{where}: malformed YAML: {getattr(exc, 'problem', exc)}"
-        ) from exc
+    data = parse_yaml(text, what=origin, path=None, error=SpecError)
     if data is None:
         data = {}
-    if isinstance(data, dict) and overrides:
-        data = apply_overrides(data, overrides)
-    return parse_spec(data, origin=origin, base_dir=base_dir)
+    return _spec_from_data(data, overrides, origin=origin, base_dir=base_dir)
 
 
 def load_spec(path: Path, overrides: list[str] | None = None) -> JobSpec:
     """Read a job spec file (YAML or JSON) and apply ``--set`` overrides."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"spec: cannot read {path}: {exc.strerror}") from exc
-    return spec_from_text(text, overrides, origin=str(path), base_dir=path.parent)
+    from gpuplan.userfile import read_yaml
+
+    data = read_yaml(path, what="spec", error=SpecError)
+    return _spec_from_data(data, overrides, origin=str(path), base_dir=path.parent)
+
+
+def _spec_from_data(
+    data: Any, overrides: list[str] | None, *, origin: str, base_dir: Path | None
+) -> JobSpec:
+    if isinstance(data, dict) and overrides:
+        data = apply_overrides(data, overrides)
+    return parse_spec(data, origin=origin, base_dir=base_dir)
 
 
 def spec_json_schema() -> dict[str, Any]:

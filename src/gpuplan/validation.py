@@ -9,14 +9,13 @@ is honest.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
+import functools
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from gpuplan.errors import GpuPlanError, SpecError
 
@@ -60,6 +59,8 @@ class RowResult:
     error: float | None
     note: str = ""
     multi_node: bool = False
+    source: str = ""
+    """The row's source group (:func:`source_of`), for leave-one-source-out figures."""
 
     @property
     def abs_error(self) -> float | None:
@@ -110,6 +111,9 @@ class Report:
         """Why this report fails the CI gates (empty when it passes or no gate is set)."""
         s = self.summary()
         out = []
+        gated = (max_median, max_under, max_over_50) != (None, None, None)
+        if gated and not self.errors:
+            out.append(f"none of the {len(self.rows)} rows could be predicted: nothing was gated")
         if max_median is not None and not self.median_abs_error <= max_median:
             out.append(
                 f"median |error| {self.median_abs_error:.1%} exceeds --max-median {max_median:.1%}"
@@ -145,18 +149,103 @@ class Report:
         }
 
 
+SOURCE_ALIASES = {"huggingface.co/mosaicml": "github.com/mosaicml/llm-foundry"}
+"""Sources that are one source: MosaicML's MPT-7B model card reports a run of llm-foundry."""
+
+
+def source_of(row: dict[str, str]) -> str:
+    """The source group of a row, the unit that leave-one-source-out holds out together.
+
+    A source is the publication or repository a number comes from, as that is what shares
+    an engine, a measurement method and its blind spots: ``github.com/<owner>/<repo>``
+    (all documents and tables of one repository together), for MLPerf the submitter
+    (``mlcommons:<submitter>``, across rounds: one organisation's code and systems), an
+    arXiv paper by its number, a Hugging Face model card by its owner (with the aliases in
+    ``SOURCE_ALIASES``), else the source text up to its first parenthesis.
+    """
+    text = row.get("source", "")
+    mlperf = re.search(r"mlcommons/training_results_v[\d.]+ \(commit \w+\) : ([\w.-]+)/", text)
+    if mlperf:
+        return f"mlcommons:{mlperf.group(1)}"
+    github = re.search(r"github\.com/([\w.-]+)/([\w.-]+)", text)
+    if github:
+        return f"github.com/{github.group(1)}/{github.group(2)}"
+    arxiv = re.search(r"arXiv:\s*(\d{4}\.\d{4,5})", text)
+    if arxiv:
+        return f"arXiv:{arxiv.group(1)}"
+    hub = re.search(r"huggingface\.co/([\w.-]+)", text)
+    if hub:
+        key = f"huggingface.co/{hub.group(1)}"
+        return SOURCE_ALIASES.get(key, key)
+    return text.split("(")[0].strip() or "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog() -> Any:
+    from gpuplan.catalog.loader import load_catalog
+
+    return load_catalog(use_user=False)
+
+
+@functools.lru_cache(maxsize=1024)
+def row_spec(text: str, row_id: str, repo_root: Path) -> Any:
+    """The parsed spec of a row (cached: the fitting scripts predict each row many times)."""
+    from gpuplan.spec import parse_spec
+
+    return parse_spec(parse_row_spec(text, repo_root), origin=f"validation row {row_id}")
+
+
+#: Columns every validation table has (others are optional per estimator).
+REQUIRED_COLUMNS = ("id", "spec", "gpu", "count", "metric", "measured")
+
+
 def read_table(path: Path) -> list[dict[str, str]]:
-    """Rows of a validation CSV."""
+    """Rows of a validation CSV (see :mod:`gpuplan.userfile` for what is refused)."""
+    from gpuplan.userfile import read_csv
+
+    header, rows = read_csv(path, what="--table", error=SpecError)
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise SpecError(
+            f"--table: {path}: missing column(s) {', '.join(missing)}; "
+            f"a validation table has {', '.join(REQUIRED_COLUMNS)} (and status, unit, ...)"
+        )
+    return rows
+
+
+def _number(row: dict[str, str], key: str, where: str, *, integer: bool = False) -> float:
+    raw = row.get(key, "").strip()
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
-    except OSError as exc:
-        raise SpecError(f"--table: cannot read {path}: {exc.strerror}") from exc
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        kind = "a whole number" if integer else "a number"
+        raise SpecError(f"{where}: {key}: expected {kind} > 0, got {raw!r}") from None
+    if not (0 < value < float("inf")):
+        raise SpecError(f"{where}: {key}: expected a number > 0, got {raw!r}")
+    return value
+
+
+def _check_row(row: dict[str, str], where: str) -> float:
+    """Validate the numeric cells of an ``ok`` row; return the measurement in base units."""
+    if not row["id"].strip():
+        raise SpecError(f"{where}: id: empty")
+    for key in ("count", "gpus_per_node"):
+        if key == "count" or row.get(key, "").strip():
+            _number(row, key, where, integer=True)
+    for key in ("inter_node_gbps", "cuda_context_mib"):
+        if row.get(key, "").strip():
+            _number(row, key, where)
+    unit = row.get("unit", "").strip()
+    if unit and unit not in UNIT_SCALE:
+        raise SpecError(f"{where}: unit: unknown {unit!r}; allowed: {', '.join(UNIT_SCALE)}")
+    return _number(row, "measured", where) * UNIT_SCALE.get(unit, 1)
 
 
 def parse_row_spec(text: str, repo_root: Path) -> dict[str, Any]:
     """The spec mapping of a row; model paths are relative to the repo root."""
-    data = yaml.safe_load(text)
+    from gpuplan.userfile import parse_yaml
+
+    data = parse_yaml(text, what="spec", path=None, error=SpecError)
     if not isinstance(data, dict):
         raise SpecError(f"spec: expected a mapping, got {text!r}")
     model = data.get("model")
@@ -170,11 +259,12 @@ def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float,
     repo_root = path.resolve().parent.parent
     results: list[RowResult] = []
     excluded: list[tuple[str, str]] = []
-    for row in read_table(path):
+    table = read_table(path)
+    for n, row in enumerate(table, start=1):
         if row.get("status", "ok") != "ok":
             excluded.append((row["id"], row.get("notes", "")))
             continue
-        measured = float(row["measured"]) * UNIT_SCALE.get(row.get("unit", ""), 1)
+        measured = _check_row(row, f"--table: {path}: row {n} ({row['id'][:40]})")
         try:
             predicted, note = predict(row, repo_root)
         except GpuPlanError as exc:
@@ -186,6 +276,7 @@ def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float,
                     measured=measured,
                     error=None,
                     note=exc.one_line(),
+                    source=source_of(row),
                 )
             )
             continue
@@ -198,19 +289,23 @@ def run_table(path: Path, predict: Callable[[dict[str, str], Path], tuple[float,
                 error=(predicted - measured) / measured,
                 note=note,
                 multi_node=int(row.get("count") or 1) > int(row.get("gpus_per_node") or 8),
+                source=source_of(row),
             )
+        )
+    if not results:
+        why = f"all {len(excluded)} rows are excluded" if excluded else "it has no rows"
+        raise SpecError(
+            f"--table: {path}: nothing to validate: {why}; a gate over no rows would pass vacuously"
         )
     return Report(table=str(path), rows=tuple(results), excluded=tuple(excluded))
 
 
 def predict_memory(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
     """Predicted bytes of a memory row, in the row's metric."""
-    from gpuplan.catalog.loader import load_catalog
     from gpuplan.estimate.fit import fit
-    from gpuplan.spec import parse_spec
 
-    spec = parse_spec(parse_row_spec(row["spec"], repo_root), origin=f"validation row {row['id']}")
-    cat = load_catalog(use_user=False)
+    spec = row_spec(row["spec"], row["id"], repo_root)
+    cat = _catalog()
     context = float(row["cuda_context_mib"]) * 2**20 if row.get("cuda_context_mib") else None
     result = fit(spec, cat.gpu(row["gpu"]), int(row["count"]), cuda_context_bytes=context)
     m = result.memory
@@ -242,28 +337,52 @@ def format_rows(rows: Sequence[RowResult], scale: float, unit: str) -> list[list
     return out
 
 
-def predict_training(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
-    """Predicted value of a training row, in its metric (seconds, tokens/s/GPU, ...)."""
-    from gpuplan.catalog.loader import load_catalog
-    from gpuplan.estimate.configure import configure, default_topology
-    from gpuplan.spec import parse_spec
+_TOPOLOGY_COLUMNS = ("gpu", "count", "gpus_per_node", "intra_node", "inter_node_gbps", "fabric")
 
-    spec = parse_spec(parse_row_spec(row["spec"], repo_root), origin=f"validation row {row['id']}")
-    cat = load_catalog(use_user=False)
-    gpu = cat.gpu(row["gpu"])
-    count = int(row["count"])
-    gpn = int(row["gpus_per_node"]) if row.get("gpus_per_node") else None
+
+@functools.lru_cache(maxsize=1024)
+def _training_layout(spec_text: str, row_id: str, repo_root: Path, hw: tuple[str, ...]) -> Any:
+    """What a training row times, resolved once: an explicit layout does not depend on the
+    efficiencies, so the fitting scripts only re-run the time estimate."""
+    from gpuplan.estimate.configure import default_topology
+    from gpuplan.estimate.fit import check_precision, explicit_strategy, memory_job, model_shape
+    from gpuplan.spec import ParallelismSpec
+
+    gpu_id, count_s, gpn_s, intra, inter, fabric = hw
+    spec = row_spec(spec_text, row_id, repo_root)
+    gpu = _catalog().gpu(gpu_id)
+    count = int(count_s)
     topo = default_topology(
         gpu,
         count,
-        gpus_per_node=gpn,
-        intra_node=row.get("intra_node") or None,
-        inter_node_gbps=float(row["inter_node_gbps"]) if row.get("inter_node_gbps") else None,
-        fabric=row.get("fabric") or None,
+        gpus_per_node=int(gpn_s) if gpn_s else None,
+        intra_node=intra or None,
+        inter_node_gbps=float(inter) if inter else None,
+        fabric=fabric or None,
     )
-    # the layout ran for real: time it even where our (conservative) memory model disagrees
-    conf = configure(spec, gpu, count, topo, with_scaling=False, require_fit=False)
-    t = conf.time
+    if not isinstance(spec.parallelism, ParallelismSpec):
+        return spec, gpu, count, topo, None
+    check_precision(spec, gpu)
+    shape = model_shape(spec.model)
+    st = explicit_strategy(spec, count, shape)
+    return spec, gpu, count, topo, (shape, memory_job(spec, shape), st)
+
+
+def predict_training(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
+    """Predicted value of a training row, in its metric (seconds, tokens/s/GPU, ...)."""
+    from gpuplan.estimate.configure import configure
+    from gpuplan.estimate.speed import estimate_time
+
+    hw = tuple(row.get(c) or "" for c in _TOPOLOGY_COLUMNS)
+    spec, gpu, count, topo, explicit = _training_layout(row["spec"], row["id"], repo_root, hw)
+    if explicit is not None:
+        # the layout ran for real: time it even where our (conservative) memory model disagrees
+        shape, job, st = explicit
+        t = estimate_time(shape, job, st, gpu, topo, work=spec.work, image_size=spec.image_size)
+        label = st.label()
+    else:
+        conf = configure(spec, gpu, count, topo, with_scaling=False, require_fit=False)
+        t, label = conf.time, conf.strategy.label()
     from gpuplan.estimate.compute import peak_flops
 
     dtype = {"fp32": "fp32", "tf32": "tf32"}.get(spec.precision, spec.precision.split("-")[0])
@@ -282,4 +401,4 @@ def predict_training(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
         raise SpecError(
             f"metric: cannot predict {metric!r} for row {row['id']} (missing work or not a text model)"
         )
-    return float(value), conf.strategy.label()
+    return float(value), label

@@ -32,6 +32,7 @@ def webhook_server() -> Iterator[tuple[str, Recorder]]:
     server, rec = serve(factory)
     yield f"http://127.0.0.1:{server.server_address[1]}/hook", rec
     server.shutdown()
+    server.server_close()
 
 
 @pytest.fixture(scope="session")
@@ -103,3 +104,4 @@ def imds() -> Iterator[Callable[[str, str], str]]:
     yield start
     for server in servers:
         server.shutdown()
+        server.server_close()

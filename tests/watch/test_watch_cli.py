@@ -173,7 +173,8 @@ def test_daemon_records_and_replay_reproduces_its_decisions(cli: Cli, tmp_path: 
     smi = f"{sys.executable} {DATA / 'fake_nvidia_smi.py'} {script}"
     state = tmp_path / "watch.db"
     record = tmp_path / "rec.jsonl"
-    flags = ["--interval", "0.05s", "--window", "0.2s", "--cooldown", "1h"]
+    # --max-gap: on a loaded CI machine one sample can take longer than 3 x --interval
+    flags = ["--interval", "0.05s", "--window", "0.2s", "--cooldown", "1h", "--max-gap", "10s"]
     result = cli(
         "watch",
         "--nvidia-smi",

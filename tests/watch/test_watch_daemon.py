@@ -120,6 +120,7 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
     finally:
         if isinstance(server, tuple):
             server[0].shutdown()
+            server[0].server_close()
     assert "gpuplan_watch_idle_seconds 60.0" in text
     assert 'gpuplan_watch_state{state="idle"} 1.0' in text
     assert (

@@ -5,12 +5,12 @@ from __future__ import annotations
 from gpuplan.monitor.actions import ActionContext, ActionPlan, ActionResult
 from gpuplan.monitor.clock import FakeClock
 from gpuplan.monitor.fleet import (
-    FleetAgent,
     FleetConfig,
     FleetObservation,
     FleetPolicy,
     InstanceReading,
 )
+from gpuplan.monitor.fleet_agent import FleetAgent
 from gpuplan.monitor.readings import State
 from gpuplan.monitor.samplers import fake_gpu
 
@@ -128,5 +128,5 @@ def test_agent_rechecks_drains_then_removes_and_keeps_a_failed_target() -> None:
     )
     agent.run(max_steps=21)  # 0..600 s
     assert log == ["drain:b", "remove:b"]
-    assert len(polls) == 22  # the due poll was re-checked with a fresh one
+    assert len(polls) == 23  # the due poll was re-checked, and the target again after the drain
     assert "b" not in agent.state.removed  # removal failed: still counted in the group

@@ -23,7 +23,9 @@ from gpuplan.monitor.actions import (
     PreStopHook,
 )
 from gpuplan.monitor.clock import SystemClock
-from gpuplan.monitor.fleet import FleetAgent, FleetConfig, FleetPolicy, PrometheusFleetSampler
+from gpuplan.monitor.fleet import FleetConfig, FleetPolicy
+from gpuplan.monitor.fleet_agent import FleetAgent
+from gpuplan.monitor.fleet_sampler import PrometheusFleetSampler
 from gpuplan.monitor.prometheus import PrometheusClient, PrometheusSampler
 
 pytestmark = pytest.mark.skipif(
@@ -109,6 +111,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     )
     port = free_port()
     base = f"http://127.0.0.1:{port}"
+    log = (tmp / "prometheus.log").open("w")
     proc = subprocess.Popen(  # noqa: S603
         [
             shutil.which("prometheus") or "prometheus",
@@ -118,7 +121,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "--log.level=warn",
         ],
         stdout=subprocess.DEVNULL,
-        stderr=(tmp / "prometheus.log").open("w"),
+        stderr=log,
     )
     try:
         deadline = time.monotonic() + 20
@@ -141,6 +144,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        log.close()
         for e in exporters.values():
             e.stop()
 

@@ -4,12 +4,19 @@ The built-in catalog is the set of YAML files under ``gpuplan/catalog/data``.
 A user overrides file (``--catalog FILE``, or ``$GPUPLAN_HOME/catalog.yaml``,
 by default in the platform config dir) has the same shape; its rows shadow
 built-in rows with the same key (GPU id, or provider + instance type).
+
+After merging, two kinds of rule are applied to the offerings: billing rules
+(``billing.yaml``: increment and minimum of hourly prices), commitment rules
+(a published discount off on-demand, per region, where no commitment price is
+listed) and the user's compliance declarations (a tag such as ``mlps-3`` with
+the user's own certificate reference).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import fnmatch
 import functools
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,9 +30,12 @@ from pydantic import ValidationError
 from gpuplan.catalog.schema import (
     BillingRule,
     CatalogFile,
+    CommitmentRule,
+    ComplianceDeclaration,
     FxRates,
     GpuSpec,
     Offering,
+    Price,
 )
 from gpuplan.errors import CatalogError, UnknownNameError
 
@@ -68,7 +78,7 @@ def describe_validation_error(exc: ValidationError, data: Any = None) -> str:
         parts.append(f".{loc}" if parts else str(loc))
         node = node.get(loc) if isinstance(node, dict) else None
     path = "".join(parts) or "(top level)"
-    msg = err["msg"]
+    msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
     elif err["type"] == "literal_error":
@@ -78,7 +88,11 @@ def describe_validation_error(exc: ValidationError, data: Any = None) -> str:
 
 def parse_catalog_file(text: str, *, origin: str) -> CatalogFile:
     """Parse and validate the text of one catalog file."""
-    data = read_yaml(text, origin=origin)
+    return catalog_from_data(read_yaml(text, origin=origin), origin=origin)
+
+
+def catalog_from_data(data: Any, *, origin: str) -> CatalogFile:
+    """Validate the parsed data of one catalog file."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -89,13 +103,22 @@ def parse_catalog_file(text: str, *, origin: str) -> CatalogFile:
         raise CatalogError(f"{origin}: {describe_validation_error(exc, data)}") from exc
 
 
-def load_catalog_file(path: Path) -> CatalogFile:
-    """Read and validate one catalog file from disk."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CatalogError(f"--catalog: cannot read {path}: {exc.strerror}") from exc
-    return parse_catalog_file(text, origin=str(path))
+def read_catalog_data(path: Path, *, what: str = "--catalog") -> Any:
+    """The parsed YAML of a user catalog file (see :mod:`gpuplan.userfile` for what is refused)."""
+    from gpuplan.userfile import read_yaml as read_user_yaml
+
+    data = read_user_yaml(path, what=what, error=CatalogError, mapping=False)
+    if data is not None and not isinstance(data, dict):
+        raise CatalogError(
+            f"{what}: {path}: expected a mapping with gpus/offerings/billing/fx sections, "
+            f"got {type(data).__name__}"
+        )
+    return data
+
+
+def load_catalog_file(path: Path, *, what: str = "--catalog") -> CatalogFile:
+    """Read and validate one user catalog file from disk."""
+    return catalog_from_data(read_catalog_data(path, what=what), origin=str(path))
 
 
 def builtin_files() -> list[tuple[str, str]]:
@@ -134,6 +157,8 @@ class Catalog:
     billing: Mapping[str, BillingRule]
     fx: FxRates
     files: tuple[str, ...]
+    commitment_rules: tuple[CommitmentRule, ...] = ()
+    compliance_declarations: tuple[ComplianceDeclaration, ...] = ()
 
     @functools.cached_property
     def _gpu_index(self) -> dict[str, GpuSpec]:
@@ -174,7 +199,11 @@ class Catalog:
         max_price_per_hour: float | None = None,
         currency: str = "USD",
     ) -> tuple[Offering, ...]:
-        """Offerings matching every given filter (price: on-demand, per instance-hour)."""
+        """Offerings matching every given filter (price: on-demand, per instance-hour).
+
+        With ``region`` and ``max_price_per_hour`` both given, the price compared is the
+        on-demand price in a matching region; without ``region``, the cheapest region's.
+        """
         gpu_id = self.gpu(gpu).id if gpu else None
         wanted = {p.lower() for p in providers}
         for p in wanted:
@@ -186,16 +215,16 @@ class Catalog:
                 continue
             if wanted and off.provider not in wanted:
                 continue
-            if region and not any(region.lower() in r.lower() for r in off.regions):
+            matching = [r for r in off.regions if not region or region.lower() in r.lower()]
+            if not matching:
                 continue
             if max_price_per_hour is not None:
-                price = off.price("on-demand")
-                if price is None:
-                    continue
-                if (
-                    self.convert(price.hourly_equivalent, price.currency, currency)
-                    > max_price_per_hour
-                ):
+                amounts = [
+                    self.convert(p.hourly_equivalent, p.currency, currency)
+                    for r, p in off.region_prices("on-demand")
+                    if r in matching
+                ]
+                if not amounts or min(amounts) > max_price_per_hour:
                     continue
             out.append(off)
         return tuple(out)
@@ -215,10 +244,14 @@ def _merge(files: Iterable[tuple[str, CatalogFile]]) -> Catalog:
     gpus: dict[str, GpuSpec] = {}
     offerings: dict[tuple[str, str], list[Offering]] = {}
     billing: dict[str, BillingRule] = {}
+    rules: list[CommitmentRule] = []
+    declared: list[ComplianceDeclaration] = []
     fx: FxRates | None = None
     names = []
     for name, cat in files:
         names.append(name)
+        rules.extend(cat.commitment_rules)
+        declared.extend(cat.compliance_declarations)
         for gpu in cat.gpus:
             gpus[gpu.id.lower()] = gpu
         # rows of a later file replace every earlier row of the same (provider, instance type)
@@ -243,12 +276,90 @@ def _merge(files: Iterable[tuple[str, CatalogFile]]) -> Catalog:
     return Catalog(
         gpus=tuple(gpus.values()),
         offerings=tuple(
-            _apply_billing_rules(o, billing) for rows in offerings.values() for o in rows
+            _apply_declarations(
+                _apply_billing_rules(_apply_commitment_rules(o, rules), billing), declared
+            )
+            for rows in offerings.values()
+            for o in rows
         ),
         billing=billing,
         fx=fx,
         files=tuple(names),
+        commitment_rules=tuple(rules),
+        compliance_declarations=tuple(declared),
     )
+
+
+def _matches(patterns: Sequence[str], instance_type: str) -> bool:
+    return not patterns or any(
+        fnmatch.fnmatchcase(instance_type.lower(), p.lower()) for p in patterns
+    )
+
+
+def _apply_commitment_rules(off: Offering, rules: Sequence[CommitmentRule]) -> Offering:
+    """Derive commitment prices from published discount rules, region by region.
+
+    A region that already has a price in the rule's mode keeps it; the derived
+    price has the on-demand price's currency and regions (narrowed to the
+    rule's regions) and the rule's source. A later rule for the same provider and
+    mode wins over an earlier one (override files come last).
+    """
+    mine = [
+        r
+        for r in rules
+        if r.provider == off.provider and _matches(r.instance_types, off.instance_type)
+    ]
+    if not mine:
+        return off
+    added: list[Price] = []
+    for od in [p for p in off.prices if p.mode == "on-demand"]:
+        for mode in dict.fromkeys(r.mode for r in mine):
+            rule = [r for r in mine if r.mode == mode][-1]
+            covered = {
+                r for p in (*off.prices, *added) if p.mode == mode for r in off.price_regions(p)
+            }
+            regions = [
+                r
+                for r in off.price_regions(od)
+                if r not in covered and (not rule.regions or r in rule.regions)
+            ]
+            if not regions:
+                continue
+            added.append(
+                Price(
+                    mode=mode,
+                    per_hour=round(od.hourly_equivalent * (1.0 - rule.discount), 6),
+                    currency=od.currency,
+                    regions=() if tuple(regions) == off.regions else tuple(regions),
+                    source=rule.source,
+                    source_kind=rule.source_kind,
+                    as_of=rule.as_of,
+                    derived=f"{rule.discount:.0%} off on-demand "
+                    f"({od.hourly_equivalent:g} {od.currency}/h), published rule",
+                )
+            )
+    if not added:
+        return off
+    return off.model_copy(update={"prices": (*off.prices, *added)})
+
+
+def _apply_declarations(off: Offering, declared: Sequence[ComplianceDeclaration]) -> Offering:
+    """Add the user's declared compliance tags (with their references) to matching offerings."""
+    mine = [
+        d
+        for d in declared
+        if d.provider == off.provider
+        and _matches(d.instance_types, off.instance_type)
+        and (not d.regions or any(r in d.regions for r in off.regions))
+    ]
+    if not mine:
+        return off
+    tags = tuple(dict.fromkeys((*off.compliance, *(d.tag for d in mine))))
+    refs = {
+        **off.compliance_references,
+        **{d.tag: f"declared by you: {d.reference} (as of {d.as_of})" for d in mine},
+    }
+    return off.model_copy(update={"compliance": tags, "compliance_references": refs})
 
 
 def _apply_billing_rules(off: Offering, billing: Mapping[str, BillingRule]) -> Offering:
@@ -284,6 +395,17 @@ def check_catalog(cat: Catalog, *, today: dt.date | None = None) -> list[str]:
         if gpu.as_of > today:
             problems.append(f"gpus[{gpu.id}].as_of: {gpu.as_of} is in the future")
     currencies = {"USD", *cat.fx.per_usd}
+    providers = {o.provider for o in cat.offerings}
+    for rule in cat.commitment_rules:
+        if rule.provider not in providers:
+            problems.append(f"commitment_rules[{rule.provider}]: no offering of this provider")
+        if rule.as_of > today:
+            problems.append(f"commitment_rules[{rule.provider}].as_of: in the future")
+    for decl in cat.compliance_declarations:
+        if decl.provider not in providers:
+            problems.append(
+                f"compliance_declarations[{decl.provider}]: no offering of this provider"
+            )
     regions_seen: dict[tuple[str, str], set[str]] = {}
     for off in cat.offerings:
         where = f"offerings[{off.provider}:{off.instance_type}]"
@@ -298,9 +420,19 @@ def check_catalog(cat: Catalog, *, today: dt.date | None = None) -> list[str]:
                 f"{where}.regions: {sorted(overlap)[0]} listed in two rows of this instance type"
             )
         seen.update(off.regions)
-        modes = [p.mode for p in off.prices]
-        if len(modes) != len(set(modes)):
-            problems.append(f"{where}.prices: a billing mode appears twice")
+        priced: set[tuple[str, str]] = set()
+        for price in off.prices:
+            stray = [r for r in price.regions if r not in off.regions]
+            if stray:
+                problems.append(
+                    f"{where}.prices[{price.mode}].regions: {stray[0]} is not one of the "
+                    f"offering's regions {list(off.regions)}"
+                )
+            for region in off.price_regions(price):
+                if (price.mode, region) in priced:
+                    problems.append(f"{where}.prices: two {price.mode} prices for region {region}")
+                    break
+                priced.add((price.mode, region))
         for price in off.prices:
             if price.currency not in currencies:
                 problems.append(
@@ -338,7 +470,7 @@ def load_catalog(
     if use_user:
         user = user_catalog_path(env)
         if user.is_file():
-            files.append((str(user), load_catalog_file(user)))
+            files.append((str(user), load_catalog_file(user, what="user catalog")))
     if override is not None:
         files.append((str(override), load_catalog_file(override)))
     cat = _merge(files)

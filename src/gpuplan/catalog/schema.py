@@ -3,6 +3,22 @@
 Every model here crosses disk, so each is a frozen pydantic model that forbids
 unknown fields. Units are in the field names. Every row carries ``source`` and
 ``as_of``: a fact without a source does not enter the catalog.
+
+Prices belong to regions. An :class:`Offering` lists every region (or named
+group of regions, such as ``china-mainland``) that sells it; each of its
+:class:`Price` rows names the regions it applies to in ``regions``, and a price
+without ``regions`` applies to all of the offering's regions (the format before
+per-region prices, still read unchanged). One region has at most one price per
+billing mode. Each price keeps the currency it was published in (Alibaba's
+overseas regions on the China site are priced in CNY); amounts are converted
+only for display or comparison, with the catalog's dated :class:`FxRates`.
+
+Commitments are prices in the modes ``monthly``, ``reserved-1y`` and
+``reserved-3y``, given as ``per_hour`` (an effective hourly rate),
+``per_month`` or ``per_year``. Where a provider publishes only a rule (a
+percentage off on-demand for a term), a :class:`CommitmentRule` derives the
+price from the on-demand price of each region when the catalog is loaded; such
+a price says so in ``derived``.
 """
 
 from __future__ import annotations
@@ -10,7 +26,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from gpuplan.schema_base import UserModel
 
 SCHEMA_VERSION = "1"
 
@@ -39,9 +57,28 @@ BILLING_MODES: tuple[str, ...] = (
 )
 HOURS_PER_MONTH = 730.0
 """Hours in a billing month as AWS, GCP and Azure price pages count them (8760 / 12)."""
+HOURS_PER_YEAR = 12 * HOURS_PER_MONTH
+"""Hours in a billing year (8760)."""
+CommitMode = Literal["monthly", "reserved-1y", "reserved-3y"]
+"""Billing modes that commit to a term: a month, one year or three years.
+
+``monthly`` is a one-month subscription (Alibaba/Tencent 包月, a Vast 1-month
+term); ``reserved-1y``/``reserved-3y`` are any 1- or 3-year commitment: AWS
+Reserved Instances and Savings Plans, Azure reservations, GCP committed use,
+Alibaba/Tencent yearly subscriptions (包年).
+"""
+SourceKind = Literal["official", "third-party", "api-dump", "catalog", "api", "user"]
+"""Where a fact comes from.
+
+``official``: the provider's own page or document. ``third-party``: someone
+else's transcription or report. ``api-dump``: a copy of the provider's own price
+data (an API answer or price file) kept by someone else. ``catalog``: another
+tool's catalog (SkyPilot). ``api``: fetched live from the provider's price API
+(``gpuplan catalog fetch``). ``user``: declared by the user for their own account.
+"""
 
 
-class _Frozen(BaseModel):
+class _Frozen(UserModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -64,6 +101,15 @@ class GpuSpec(_Frozen):
     )
     form_factor: Literal["sxm", "pcie", "oam", "superchip"]
     memory_bytes: int = Field(gt=0, description="Device memory in bytes (GB on datasheets = 1e9).")
+    memory_total_mib: int | None = Field(
+        default=None,
+        gt=0,
+        description="Device memory as the driver reports it (nvidia-smi memory.total, MiB); what "
+        "device-used bytes are compared with. None where no capture is cited.",
+    )
+    memory_total_source: str | None = Field(
+        default=None, description="The capture memory_total_mib was read from (and its driver)."
+    )
     memory_type: str
     memory_bandwidth_gb_per_s: float = Field(
         gt=0, description="Peak memory bandwidth, GB/s (1e9 B/s)."
@@ -101,6 +147,33 @@ class GpuSpec(_Frozen):
             raise ValueError("peak_tflops_dense.fp32 is required")
         return value
 
+    @model_validator(mode="after")
+    def _memory_total_sourced(self) -> GpuSpec:
+        if self.memory_total_mib is not None:
+            if not self.memory_total_source:
+                raise ValueError(
+                    "memory_total_mib needs memory_total_source (the capture it is from)"
+                )
+            ratio = self.memory_total_mib * 2**20 / self.memory_bytes
+            if not 0.9 <= ratio <= 1.15:
+                raise ValueError(
+                    f"memory_total_mib {self.memory_total_mib} is {ratio:.2f} x memory_bytes; "
+                    "expected the same device memory in MiB"
+                )
+        return self
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Memory the device reports (``memory.total``), else the datasheet figure."""
+        if self.memory_total_mib is not None:
+            return self.memory_total_mib * 2**20
+        return self.memory_bytes
+
+    @property
+    def capacity_basis(self) -> str:
+        """``device-reported`` when memory.total is known, else ``datasheet``."""
+        return "device-reported" if self.memory_total_mib is not None else "datasheet"
+
     @property
     def precisions(self) -> tuple[str, ...]:
         """Dtypes this GPU computes in hardware, in a fixed order."""
@@ -112,37 +185,66 @@ class GpuSpec(_Frozen):
 
 
 class Price(_Frozen):
-    """One price of an offering in one billing mode.
+    """One price of an offering in one billing mode, in some or all of its regions.
 
-    Exactly one of ``per_hour`` (for the whole instance) and ``per_month`` is set.
+    Exactly one of ``per_hour`` (for the whole instance), ``per_month`` and
+    ``per_year`` is set. ``regions`` names the offering's regions (or region
+    groups) this price applies to; empty means every region of the offering.
     ``granularity_s`` / ``minimum_s`` left out are taken from the provider's
     billing rules (``billing.yaml``) when the catalog is loaded.
+
+    For a commitment mode (``monthly``, ``reserved-1y``, ``reserved-3y``)
+    ``per_hour`` is the effective hourly rate over the whole term, paid whether
+    the instance is used or not.
     """
 
     mode: BillingMode
     per_hour: float | None = Field(default=None, gt=0, description="Price per instance-hour.")
     per_month: float | None = Field(default=None, gt=0, description="Price per instance-month.")
-    currency: str = Field(pattern=r"^[A-Z]{3}$")
+    per_year: float | None = Field(default=None, gt=0, description="Price per instance-year.")
+    currency: str = Field(pattern=r"^[A-Z]{3}$", description="ISO code, as published.")
+    regions: tuple[str, ...] = Field(
+        default=(),
+        description="Regions or region groups (from the offering's regions) this price is "
+        "for; empty = all of them.",
+    )
     granularity_s: int | None = Field(default=None, ge=1, description="Billing increment, seconds.")
     minimum_s: int | None = Field(
         default=None, ge=0, description="Minimum billed duration, seconds."
     )
     source: str | None = Field(default=None, description="If different from the offering's source.")
+    source_kind: SourceKind | None = Field(
+        default=None, description="If different from the offering's source_kind."
+    )
     as_of: dt.date | None = None
+    derived: str | None = Field(
+        default=None,
+        description="How the amount was computed when it is not a listed price "
+        "(e.g. from a published discount rule).",
+    )
 
     @model_validator(mode="after")
     def _one_amount(self) -> Price:
-        if (self.per_hour is None) == (self.per_month is None):
-            raise ValueError("a price needs exactly one of per_hour or per_month")
+        given = [a for a in (self.per_hour, self.per_month, self.per_year) if a is not None]
+        if len(given) != 1:
+            raise ValueError("a price needs exactly one of per_hour, per_month or per_year")
+        if len(set(self.regions)) != len(self.regions):
+            raise ValueError("regions: a region is listed twice")
         return self
 
     @property
     def hourly_equivalent(self) -> float:
-        """Per-hour amount; monthly prices are spread over 730 h."""
+        """Per-hour amount; monthly prices are spread over 730 h, yearly over 8760 h."""
         if self.per_hour is not None:
             return self.per_hour
-        assert self.per_month is not None
-        return self.per_month / HOURS_PER_MONTH
+        if self.per_month is not None:
+            return self.per_month / HOURS_PER_MONTH
+        assert self.per_year is not None
+        return self.per_year / HOURS_PER_YEAR
+
+    def applies_to(self, region: str) -> bool:
+        """Whether this price is the one charged in ``region`` (exact region id)."""
+        return not self.regions or region in self.regions
 
 
 class Offering(_Frozen):
@@ -170,8 +272,14 @@ class Offering(_Frozen):
     cold_start: str | None = Field(
         default=None, description="Known provisioning / cold-start notes."
     )
+    compliance_references: dict[str, str] = Field(
+        default_factory=dict,
+        description="Evidence per compliance tag (a certificate or filing reference), "
+        "filled from the user's compliance declarations.",
+    )
     prices: tuple[Price, ...] = ()
     source: str = Field(min_length=3)
+    source_kind: SourceKind | None = None
     as_of: dt.date
     notes: str = ""
 
@@ -180,9 +288,31 @@ class Offering(_Frozen):
         """Identity used for override shadowing: (provider, instance_type)."""
         return (self.provider, self.instance_type.lower())
 
-    def price(self, mode: str) -> Price | None:
-        """The price in billing ``mode``, or None if the catalog has none."""
-        return next((p for p in self.prices if p.mode == mode), None)
+    def price_regions(self, price: Price) -> tuple[str, ...]:
+        """The regions ``price`` applies to (all of the offering's when it names none)."""
+        return price.regions or self.regions
+
+    def price(self, mode: str, region: str | None = None) -> Price | None:
+        """The price in billing ``mode``, or None if the catalog has none.
+
+        Args:
+            mode: billing mode.
+            region: a region id; None = the cheapest price of ``mode`` in any region
+                (compared in hourly equivalents of the published currency).
+        """
+        found = [p for p in self.prices if p.mode == mode]
+        if region is not None:
+            return next((p for p in found if p.applies_to(region)), None)
+        return min(found, key=lambda p: p.hourly_equivalent, default=None)
+
+    def region_prices(self, mode: str) -> tuple[tuple[str, Price], ...]:
+        """(region, price) for every region with a price in ``mode``, in region order."""
+        out = []
+        for region in self.regions:
+            price = self.price(mode, region)
+            if price is not None:
+                out.append((region, price))
+        return tuple(out)
 
 
 class BillingRule(_Frozen):
@@ -215,6 +345,56 @@ class FxRates(_Frozen):
         return value
 
 
+class CommitmentRule(_Frozen):
+    """A published discount rule: a commitment of ``mode`` costs ``1 - discount`` of on-demand.
+
+    Used only where the provider publishes a rule but no price per instance type.
+    When the catalog is loaded, every matching offering without a ``mode`` price
+    in a region gets one derived from that region's on-demand price (same
+    currency, effective hourly rate), with the rule's source and
+    ``derived: "<discount> off on-demand (rule)"``. A listed price always wins over
+    a rule. "Up to N%" marketing maxima are not rules and do not belong here.
+    """
+
+    provider: str = Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9-]*$")
+    mode: CommitMode
+    discount: float = Field(gt=0, lt=1, description="Fraction off on-demand, e.g. 0.3 = 30% off.")
+    instance_types: tuple[str, ...] = Field(
+        default=(),
+        description="Shell-style patterns of instance types (fnmatch, case-insensitive); "
+        "empty = every instance type of the provider.",
+    )
+    regions: tuple[str, ...] = Field(default=(), description="Regions it applies to; empty = all.")
+    source: str = Field(min_length=3)
+    source_kind: SourceKind
+    as_of: dt.date
+    notes: str = ""
+
+
+class ComplianceDeclaration(_Frozen):
+    """A compliance tag the user holds for their own deployment, with its evidence.
+
+    gpuplan tags an offering only on an official source. Some certifications
+    (China's MLPS 2.0 level 3, ``mlps-3``) are granted to *your* system, not to
+    the IaaS platform, so you declare them in your overrides file with your
+    certificate or filing reference; matching offerings then carry the tag and
+    ``compliance_references[tag]`` says where it came from.
+    """
+
+    provider: str = Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9-]*$")
+    tag: str = Field(min_length=1, description="e.g. mlps-3.")
+    reference: str = Field(
+        min_length=3, description="Your certificate / filing number or document, as evidence."
+    )
+    instance_types: tuple[str, ...] = Field(
+        default=(), description="Shell-style patterns; empty = every instance type."
+    )
+    regions: tuple[str, ...] = Field(
+        default=(), description="Only offerings sold in one of these regions; empty = all."
+    )
+    as_of: dt.date
+
+
 class CatalogFile(_Frozen):
     """The shape of any catalog file, shipped or user override; every section optional."""
 
@@ -222,4 +402,6 @@ class CatalogFile(_Frozen):
     gpus: tuple[GpuSpec, ...] = ()
     offerings: tuple[Offering, ...] = ()
     billing: tuple[BillingRule, ...] = ()
+    commitment_rules: tuple[CommitmentRule, ...] = ()
+    compliance_declarations: tuple[ComplianceDeclaration, ...] = ()
     fx: FxRates | None = None

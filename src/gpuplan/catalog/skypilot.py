@@ -16,7 +16,6 @@ Traps handled here (see the SkyPilot catalog README and skypilot-catalog #31):
 from __future__ import annotations
 
 import ast
-import csv
 import dataclasses
 import datetime as dt
 import functools
@@ -143,13 +142,9 @@ class _Row:
 
 
 def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[str]]:
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            rows = list(reader)
-            header = list(reader.fieldnames or [])
-    except OSError as exc:
-        raise CatalogError(f"import: cannot read {path}: {exc.strerror}") from exc
+    from gpuplan.userfile import read_csv
+
+    header, rows = read_csv(path, what="import", error=CatalogError)
     needed = {"InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region"}
     missing = sorted(needed - set(header))
     if missing:
@@ -167,7 +162,7 @@ def _gcp_rows(raw: list[dict[str, str]], catalog: Catalog, skipped: dict[str, in
         if r["InstanceType"] == "" and r["AcceleratorName"]:
             key = (
                 r["AcceleratorName"].upper(),
-                float(r["AcceleratorCount"] or 0),
+                _float(r["AcceleratorCount"]) or 0.0,
                 r.get("AvailabilityZone", ""),
             )
             accel[key] = (
@@ -254,6 +249,25 @@ def _intra_node(gpu_form: str, count: float) -> IntraNode:
     return "nvswitch" if gpu_form in ("sxm", "oam", "superchip") else "pcie"
 
 
+def _grouped(
+    mode: str, by_region: dict[str, float | None], regions: tuple[str, ...]
+) -> list[Price]:
+    """One USD price per group of regions charging the same (5 decimals); all regions: no list."""
+    groups: dict[float, list[str]] = defaultdict(list)
+    for region, amount in by_region.items():
+        if amount is not None:
+            groups[round(amount, 5)].append(region)
+    return [
+        Price(
+            mode=mode,
+            per_hour=amount,
+            currency="USD",
+            regions=() if tuple(sorted(members)) == regions else tuple(sorted(members)),
+        )
+        for amount, members in sorted(groups.items())
+    ]
+
+
 def convert_vms_csv(
     path: Path,
     catalog: Catalog,
@@ -264,8 +278,9 @@ def convert_vms_csv(
 ) -> ImportResult:
     """Convert one SkyPilot-format ``vms.csv`` into gpuplan offerings.
 
-    Rows of one instance type that share the same on-demand and spot price are
-    merged into one offering listing all their regions.
+    Each instance type becomes one offering listing every region that sells it,
+    with one price per billing mode and group of regions charging the same
+    amount (the schema's per-region prices).
 
     Args:
         path: the CSV file.
@@ -299,31 +314,30 @@ def convert_vms_csv(
             by_region[key] = row
         elif row.spot is not None and (prev.spot is None or row.spot < prev.spot):
             by_region[key] = dataclasses.replace(prev, spot=row.spot)
-    groups: dict[tuple[str, float | None, float | None], list[_Row]] = defaultdict(list)
+    by_type: dict[str, list[_Row]] = defaultdict(list)
     for row in by_region.values():
         spot = row.spot
         if spot is not None and row.price is not None and spot >= row.price:
             skipped["spot price at or above on-demand dropped (kept on-demand)"] += 1
             spot = None
-        groups[(row.instance_type, row.price, spot)].append(dataclasses.replace(row, spot=spot))
+        by_type[row.instance_type].append(dataclasses.replace(row, spot=spot))
 
     offerings = []
     src = source or f"SkyPilot-format catalog {path.name} ({path})"
-    for (itype, price, spot), members in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or 0)
-    ):
+    for itype, members in sorted(by_type.items()):
+        members.sort(key=lambda m: m.region)
         first = members[0]
         spec = catalog.gpu(first.gpu)
-        prices = []
-        if price is not None:
-            prices.append(Price(mode="on-demand", per_hour=round(price, 5), currency="USD"))
-        if spot is not None:
-            prices.append(Price(mode="spot", per_hour=round(spot, 5), currency="USD"))
+        regions = tuple(sorted({m.region for m in members}))
+        prices = [
+            *_grouped("on-demand", {m.region: m.price for m in members}, regions),
+            *_grouped("spot", {m.region: m.spot for m in members}, regions),
+        ]
         offerings.append(
             Offering(
                 provider=provider,
                 instance_type=itype,
-                regions=tuple(sorted({m.region for m in members})),
+                regions=regions,
                 gpu=first.gpu,
                 gpu_count=first.count,
                 vcpus=first.vcpus,
@@ -331,9 +345,10 @@ def convert_vms_csv(
                 intra_node=_intra_node(spec.form_factor, first.count),
                 prices=tuple(prices),
                 source=src,
+                source_kind="catalog",
                 as_of=as_of,
                 notes="imported from a SkyPilot-format catalog; intra_node derived from the GPU's form "
-                "factor; spot = lowest zone price in the region",
+                "factor; prices per region (spot = lowest zone price in the region)",
             )
         )
     if not offerings:

@@ -7,6 +7,8 @@ Each command group lives in its own ``cli/<name>_cmd.py`` module that exposes
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -19,6 +21,7 @@ from gpuplan.cli import (
     fit_cmd,
     models_cmd,
     plan_cmd,
+    serve_cmd,
     spec_cmd,
     validate_cmd,
     watch_cmd,
@@ -28,8 +31,51 @@ from gpuplan.cli.common import EXIT_USER_ERROR, State
 from gpuplan.errors import GpuPlanError
 
 
+def _click_exceptions() -> Any:
+    """click's exception classes: vendored inside typer since 0.2x, plain click before."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - older typer on top of click
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
+
+
 class _Group(TyperGroup):
-    """The error boundary: GpuPlanError becomes one line on stderr and exit 2 (unless --debug)."""
+    """The error boundary: GpuPlanError becomes one line on stderr and exit 2 (unless --debug).
+
+    Usage errors from click (missing option, bad choice, out-of-range number,
+    a directory for a file, unknown option) are one line too, naming the
+    command and pointing at its ``--help``, instead of click's three lines.
+    """
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        cx = _click_exceptions()
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except cx.NoArgsIsHelpError as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except cx.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "gpuplan"
+            text = " ".join(exc.format_message().split())
+            typer.echo(f"error: {where}: {text} (hint: {where} --help)", err=True)
+            sys.exit(EXIT_USER_ERROR)
+        except cx.ClickException as exc:
+            typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except cx.Abort:
+            typer.echo("error: aborted", err=True)
+            sys.exit(1)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -84,6 +130,7 @@ for _module in (
     bill_cmd,
     validate_cmd,
     watch_cmd,
+    serve_cmd,
     web_cmd,
 ):
     _module.register(app)

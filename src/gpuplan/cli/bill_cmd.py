@@ -45,14 +45,14 @@ def bill_command(
         ),
     ] = None,
     busy_threshold: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--busy-threshold",
             min=0.0,
             max=100.0,
             help="CSV with per-GPU utilization: busy at or above this percent (default 10).",
         ),
-    ] = 10.0,
+    ] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Rows in the table.")] = 15,
 ) -> None:
     """Monthly cost of recurring use: pure on-demand, with auto-stop, commitments, the best mix."""
@@ -74,15 +74,13 @@ def _load_usage(
     providers: list[str] | None,
     regions: list[str] | None,
     autostop_after: str | None,
-    busy_threshold: float,
+    busy_threshold: float | None,
 ) -> Any:
     from gpuplan.cost.usage import usage_from_text
     from gpuplan.errors import SpecError
+    from gpuplan.userfile import read_text
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"usage: cannot read {path}: {exc.strerror}") from exc
+    text = read_text(path, what="usage", error=SpecError)
     return usage_from_text(
         text,
         origin=str(path),
@@ -111,8 +109,16 @@ def _print_report(report: Any, top: int) -> None:
         highlight=False,
     )
     table = Table(title=f"Cost per 730-hour month in {cur}, cheapest first")
-    right = ("GPUs", "per month", "on-demand", "+auto-stop", "commit peak", "auto-stop saves")
-    for col in ("offering", "GPUs", "best strategy", *right[1:]):
+    right = (
+        "GPUs",
+        "per month",
+        "on-demand",
+        "+auto-stop",
+        "commit peak",
+        "break-even",
+        "auto-stop saves",
+    )
+    for col in ("offering", "region", "GPUs", "best strategy", *right[1:]):
         table.add_column(col, justify="right" if col in right else "left")
     for o in report.offerings[:top]:
         by_kind: dict[str, list[Any]] = {}
@@ -121,20 +127,31 @@ def _print_report(report: Any, top: int) -> None:
         od = by_kind.get("on-demand", [None])[0]
         auto = by_kind.get("on-demand+autostop", [None])[0]
         commit_cost = min((s.monthly_cost for s in by_kind.get("commitment", [])), default=None)
+        quotes = [c for c in o.commitments if c.break_even is not None]
+        even = min(quotes, key=lambda c: c.break_even, default=None)
+        region = o.region + (f" +{len(o.price_regions) - 1}" if len(o.price_regions) > 1 else "")
         saves = "-"
         if o.autostop is not None:
             saves = f"{_money(o.autostop.monthly_savings)} ({o.autostop.percent:.0f}%)"
         table.add_row(
             f"{o.provider}:{o.instance_type}",
+            region,
             f"{o.gpus_per_instance:g}",
             o.best.name,
             _money(o.best.monthly_cost) + ("*" if o.unknown else ""),
             "-" if od is None else _money(od.monthly_cost),
             "-" if auto is None else _money(auto.monthly_cost),
             "-" if commit_cost is None else _money(commit_cost),
+            "-" if even is None else f"{even.mode} {even.break_even:.0%}",
             saves,
         )
     out.print(table)
+    out.print(
+        "break-even: the share of the term an instance must be busy for the commitment to "
+        "cost no more than on-demand in the same region; region +N: more regions at the same "
+        "prices",
+        highlight=False,
+    )
     if any(o.unknown for o in report.offerings[:top]):
         out.print("* lower bound: a rate is unknown (see --json `unknown`)", highlight=False)
     if report.offerings:

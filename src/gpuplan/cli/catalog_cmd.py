@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from gpuplan.cli.common import CatalogOpt, CurrencyOpt, JsonOpt, console, fail, print_json
+from gpuplan.cli.common import CatalogOpt, JsonOpt, console, fail, print_json
 
 catalog_app = typer.Typer(
     help="The built-in GPU and cloud-offering catalog, and your overrides.", no_args_is_help=True
@@ -81,6 +81,39 @@ def gpus(
     console().print(table)
 
 
+_TABLE_MODES = ("on-demand", "spot", "monthly", "reserved-1y")
+
+
+def _gpus_label(off: Any) -> str:
+    """``4``, or ``1/12 vGPU 2GiB`` for a slice of one GPU."""
+    if off.gpu_count >= 1 and off.hosting != "vgpu-slice":
+        return f"{off.gpu_count:g}"
+    frac = f"1/{round(1 / off.gpu_count)}" if off.gpu_count < 1 else f"{off.gpu_count:g}"
+    mem = f" {off.gpu_memory_bytes / 2**30:g}GiB" if off.gpu_memory_bytes else ""
+    return f"{frac} vGPU{mem}"
+
+
+def _region_groups(
+    off: Any, region: str | None, cat: Any
+) -> list[tuple[list[str], dict[str, Any]]]:
+    """The offering's regions grouped by identical prices, cheapest on-demand (in USD) first."""
+    groups: dict[tuple[int, ...], tuple[list[str], dict[str, Any]]] = {}
+    for r in off.regions:
+        if region and region.lower() not in r.lower():
+            continue
+        prices = {m: off.price(m, r) for m in dict.fromkeys(p.mode for p in off.prices)}
+        key = tuple(id(p) for p in prices.values())
+        known = {m: p for m, p in prices.items() if p is not None}
+        groups.setdefault(key, ([], known))[0].append(r)
+
+    def order(group: tuple[list[str], dict[str, Any]]) -> tuple[float, str]:
+        p = group[1].get("on-demand") or next(iter(group[1].values()), None)
+        usd = cat.convert(p.hourly_equivalent, p.currency, "USD") if p is not None else 0.0
+        return (usd, group[0][0])
+
+    return sorted(groups.values(), key=order)
+
+
 @catalog_app.command("offerings")
 def offerings(
     json_out: JsonOpt = False,
@@ -93,40 +126,53 @@ def offerings(
     ] = None,
     region: Annotated[
         str | None,
-        typer.Option("--region", help="Only offerings in a region containing this text."),
+        typer.Option("--region", help="Only regions containing this text."),
     ] = None,
     max_price: Annotated[
         float | None,
         typer.Option(
             "--max-price",
-            help="Only on-demand instance-hour prices at most this (in --currency).",
+            help="Only on-demand instance-hour prices at most this (in --currency, USD "
+            "by default).",
             min=0,
         ),
     ] = None,
-    currency: CurrencyOpt = "USD",
+    currency: Annotated[
+        str | None,
+        typer.Option(
+            "--currency",
+            help="Convert prices to this currency with the dated FX rates "
+            "(default: the table shows each price in its published currency; JSON's "
+            "`hourly` is USD).",
+        ),
+    ] = None,
 ) -> None:
-    """List cloud GPU offerings with prices per billing mode, interconnect and source."""
+    """List cloud GPU offerings with prices per region and billing mode, interconnect and source.
+
+    One table row per offering and group of regions charging the same prices;
+    vGPU slices show their fraction of a GPU and its memory.
+    """
     from gpuplan.catalog.loader import load_catalog
-    from gpuplan.report.payloads import offering_row, offerings_payload, select_offerings
+    from gpuplan.report.payloads import offerings_payload, select_offerings
 
     cat = load_catalog(catalog)
+    target = currency or "USD"
     rows = select_offerings(
         cat,
         gpu=gpu,
         providers=provider or (),
         region=region,
         max_price=max_price,
-        currency=currency,
+        currency=target,
     )
     if json_out:
-        print_json(offerings_payload(cat, rows, currency))
+        print_json(offerings_payload(cat, rows, target, region))
         return
     from rich.table import Table
 
     n_prov = len({o.provider for o in rows})
-    table = Table(
-        title=f"{len(rows)} offerings from {n_prov} providers ({currency} per instance-hour)"
-    )
+    unit = f"{currency} per instance-hour" if currency else "per instance-hour, as published"
+    table = Table(title=f"{len(rows)} offerings from {n_prov} providers ({unit})")
     for col in (
         "provider",
         "instance",
@@ -134,30 +180,53 @@ def offerings(
         "n",
         "interconnect",
         "net Gbps",
+        "regions",
+        "cur",
         "on-demand",
         "spot",
         "monthly (/h)",
-        "regions",
+        "1y (/h)",
         "as_of",
     ):
         table.add_column(col)
     for o in rows:
-        row = offering_row(o, cat, currency)["hourly"]
-        regions = ", ".join(o.regions[:2]) + (
-            f" +{len(o.regions) - 2}" if len(o.regions) > 2 else ""
-        )
-        table.add_row(
-            o.provider,
-            o.instance_type,
-            o.gpu,
-            f"{o.gpu_count:g}",
-            o.intra_node,
-            f"{o.inter_node_gbps:g}" if o.inter_node_gbps else "-",
-            *(f"{row[m]:.3f}" if m in row else "-" for m in ("on-demand", "spot", "monthly")),
-            regions,
-            str(o.as_of),
-        )
+        groups = _region_groups(o, region, cat) if o.prices else [(list(o.regions), {})]
+        for i, (members, prices) in enumerate(groups):
+            shown = ", ".join(members[:3]) + (f" +{len(members) - 3}" if len(members) > 3 else "")
+            curs = {p.currency for p in prices.values()}
+            cur = currency or (curs.pop() if len(curs) == 1 else "mixed")
+
+            convert = bool(currency) or len(curs) > 1
+
+            def amount(mode: str, prices: dict[str, Any] = prices, convert: bool = convert) -> str:
+                p = prices.get(mode)
+                if p is None:
+                    return "-"
+                value = p.hourly_equivalent
+                if convert:
+                    value = cat.convert(value, p.currency, target)
+                return f"{value:.3f}" + ("~" if p.derived else "")
+
+            table.add_row(
+                o.provider if i == 0 else "",
+                o.instance_type if i == 0 else "",
+                o.gpu if i == 0 else "",
+                _gpus_label(o) if i == 0 else "",
+                o.intra_node if i == 0 else "",
+                (f"{o.inter_node_gbps:g}" if o.inter_node_gbps else "-") if i == 0 else "",
+                shown,
+                cur if prices else "-",
+                *(amount(m) for m in _TABLE_MODES),
+                str(o.as_of) if i == 0 else "",
+            )
     console().print(table)
+    if currency:
+        console().print(
+            f"converted with FX of {cat.fx.as_of} ({' '.join(cat.fx.source.split())})",
+            highlight=False,
+        )
+    if any(p.derived for o in rows for p in o.prices):
+        console().print("~ derived from a published discount rule (see --json)", highlight=False)
 
 
 @catalog_app.command("validate")
@@ -171,12 +240,16 @@ def validate(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check every shipped and user catalog file: schema, GPU references, prices, currencies, dates."""
+    """Check every shipped and user catalog file: schema, GPU references, prices, currencies, dates.
+
+    Exit 1 when it finds problems (each listed); 2 when a file cannot be read as YAML at all.
+    """
     from gpuplan.catalog.loader import (
         _builtin_parsed,
         _merge,
+        catalog_from_data,
         check_catalog,
-        load_catalog_file,
+        read_catalog_data,
         user_catalog_path,
     )
     from gpuplan.errors import CatalogError
@@ -185,10 +258,13 @@ def validate(
     parsed = list(_builtin_parsed())
     names = [n for n, _ in parsed]
     user = user_catalog_path()
-    paths = ([user] if user.is_file() else []) + list(files or [])
-    for path in paths:
+    paths = [(user, "user catalog")] if user.is_file() else []
+    paths += [(path, "catalog validate") for path in files or []]
+    for path, what in paths:
+        # A file that is not YAML at all is a usage error (exit 2); schema problems are listed.
+        data = read_catalog_data(path, what=what)
         try:
-            parsed.append((str(path), load_catalog_file(path)))
+            parsed.append((str(path), catalog_from_data(data, origin=str(path))))
             names.append(str(path))
         except CatalogError as exc:
             problems.append(exc.one_line())

@@ -9,6 +9,7 @@ import typer
 
 from gpuplan.cli.common import CatalogOpt, JsonOpt, console, print_json
 from gpuplan.cli.spec_cmd import SetOpt
+from gpuplan.estimate.margin import DEFAULT_SAFETY_MARGIN
 
 SpecArg = Annotated[
     Path, typer.Argument(help="Job spec YAML (see `gpuplan spec schema`).", dir_okay=False)
@@ -19,7 +20,9 @@ MarginOpt = Annotated[
         "--safety-margin",
         min=0.0,
         max=0.5,
-        help="Fraction of GPU memory kept free when deciding `fits` (default 0.05).",
+        help="Fraction of the memory the device reports (nvidia-smi memory.total) kept free "
+        f"when deciding `fits` (default {DEFAULT_SAFETY_MARGIN}: the calibrated bounds give the "
+        "`fits`/`tight`/`no` verdict instead).",
     ),
 ]
 
@@ -44,17 +47,20 @@ def fit_command(
     trace: Annotated[
         bool, typer.Option("--trace", help="Trace the real PyTorch model (needs the trace extra).")
     ] = False,
-    margin: MarginOpt = 0.05,
+    margin: MarginOpt = DEFAULT_SAFETY_MARGIN,
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
 ) -> None:
     """Per-GPU peak memory of a training step: does it fit, with what headroom and micro-batch."""
     from gpuplan.catalog.loader import load_catalog
+    from gpuplan.errors import SpecError
     from gpuplan.estimate.fit import fit
     from gpuplan.report.payloads import fit_payload, fit_rows
     from gpuplan.spec import load_spec
 
+    if trace and gpu is None:
+        raise SpecError("--trace: needs --gpu (the table of every GPU is analytic only)")
     spec = load_spec(spec_path, overrides or [])
     cat = load_catalog(catalog)
     if gpu is not None:
@@ -78,8 +84,9 @@ def fit_command(
     )
     for col in (
         "GPU",
-        "fits",
+        "verdict",
         "used GiB",
+        "80% range GiB",
         "capacity GiB",
         "headroom GiB",
         "max micro-batch",
@@ -88,18 +95,27 @@ def fit_command(
         table.add_column(col)
     for row in rows:
         if "reason" in row:
-            table.add_row(row["gpu"], "[red]no[/red]", "-", "-", "-", "-", row["reason"])
+            table.add_row(row["gpu"], "[red]no[/red]", "-", "-", "-", "-", "-", row["reason"])
             continue
         table.add_row(
             row["gpu"],
-            "[green]yes[/green]" if row["fits"] else "[red]no[/red]",
+            _VERDICT_STYLE[row["verdict"]],
             _gib(row["device_used_bytes"]),
+            "-".join(_gib(v) for v in row["device_used_bounds_bytes"]),
             _gib(row["capacity_bytes"]),
             _gib(row["headroom_bytes"]),
             str(row["max_micro_batch"]),
             _strategy_label(row["strategy"]),
         )
     console().print(table)
+
+
+_VERDICT_STYLE = {
+    "fits": "[green]fits[/green]",
+    "tight": "[yellow]tight[/yellow]",
+    "no": "[red]no[/red]",
+}
+"""How the table shows a verdict: `tight` fits by the estimate, not by its upper bound."""
 
 
 def _strategy_label(st: dict[str, Any]) -> str:
@@ -118,10 +134,16 @@ def _print_breakdown(result: Any) -> None:
 
     m = result.memory
     out = console()
-    verdict = "[green]fits[/green]" if m.fits else "[red]does not fit[/red]"
+    verdict = {
+        "fits": "[green]fits[/green]",
+        "tight": "[yellow]tight[/yellow] (the estimate fits, its 80% upper bound does not)",
+        "no": "[red]does not fit[/red]",
+    }[result.verdict]
+    lo, hi = result.bounds()["device_used_bytes"]
     out.print(
-        f"{result.gpu.id} x{result.count}: {verdict} - {_gib(m.device_used_bytes)} GiB of "
-        f"{_gib(m.capacity_bytes)} GiB ({m.safety_margin:.0%} kept free), headroom "
+        f"{result.gpu.id} x{result.count}: {verdict} - {_gib(m.device_used_bytes)} GiB "
+        f"(80% range {_gib(lo)}-{_gib(hi)}) of {_gib(m.capacity_bytes)} GiB "
+        f"({m.capacity_basis}; {m.safety_margin:.0%} kept free), headroom "
         f"{_gib(m.headroom_bytes)} GiB, max micro-batch {result.max_micro_batch}"
     )
     out.print(f"strategy: {result.strategy.label()}; peak during {m.peak_phase}; basis: {m.basis}")
@@ -182,7 +204,7 @@ def estimate_command(
     fabric: FabricOpt = None,
     offering: OfferingOpt = None,
     nodes: NodesOpt = None,
-    margin: MarginOpt = 0.05,
+    margin: MarginOpt = DEFAULT_SAFETY_MARGIN,
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
@@ -232,6 +254,16 @@ def _print_time(conf: Any) -> None:
             table.add_row(key, f"{value:.3f}", f"{value / t.step_time_s:.0%}")
     table.add_row("[bold]step[/bold]", f"{t.step_time_s:.3f}", "100%")
     out.print(table)
+    b = conf.time_bounds()
+    out.print(
+        f"80% range: step {b['step_time_s'][0]:.3f}-{b['step_time_s'][1]:.3f} s"
+        + (
+            f", time to train {format_duration(b['time_to_train_s'][0])}"
+            f"-{format_duration(b['time_to_train_s'][1])}"
+            if b["time_to_train_s"]
+            else ""
+        )
+    )
     tok = (
         f"{t.tokens_per_s:,.0f} tokens/s ({t.tokens_per_s_per_gpu:,.0f}/GPU), "
         if t.tokens_per_s

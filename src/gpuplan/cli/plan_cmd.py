@@ -54,6 +54,15 @@ def plan_command(
             "or torchrun (launch command + config).",
         ),
     ] = None,
+    risk: Annotated[
+        str,
+        typer.Option(
+            "--risk",
+            help="Memory risk: low (only options whose 80% upper bound fits), medium (also "
+            "'tight' ones, where only the estimate fits, ranked after sure ones at equal cost) "
+            "or high (the estimate alone).",
+        ),
+    ] = "medium",
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
@@ -71,9 +80,12 @@ def plan_command(
         max_gpus=max_gpus,
         spot_rate=spot_rate,
         checkpoint_interval=checkpoint_interval,
+        risk=risk,
     )
     if export is not None and export not in _EXPORTS:
         raise SpecError(f"--export: unknown {export!r}; allowed: {', '.join(_EXPORTS)}")
+    if export is not None and json_out:
+        raise SpecError("--export and --json conflict: --export prints the launcher config")
     spec = load_spec(spec_path, spec_overrides(overrides, currency))
     cat = load_catalog(catalog)
     result = plan(spec, cat, settings)
@@ -100,6 +112,9 @@ def _write(path: Path, text: str) -> None:
     write_atomically(path, text)
 
 
+_VERDICT_STYLE = {"fits": "fits", "tight": "[yellow]tight[/yellow]", "no": "[red]no[/red]"}
+
+
 def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
     from collections import Counter
 
@@ -124,6 +139,7 @@ def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
         f"cost {cur}",
         "per 1M tok",
         "headroom",
+        "memory",
     ):
         table.add_column(col, overflow="fold")
     for i, o in enumerate(result.options, 1):
@@ -134,13 +150,14 @@ def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
             o.gpu,
             str(o.gpus),
             f"{o.provider} {o.instance_type} x{o.nodes}",
-            o.region,
+            o.region_label(),
             o.billing_mode,
             o.configuration.strategy.label(),
             format_duration(o.time_s),
             f"{o.cost_total:,.2f}{bound}",
             f"{per_m:.3f}" if per_m else "-",
             f"{o.configuration.fit.memory.headroom_bytes / 2**30:.0f} GiB",
+            _VERDICT_STYLE[o.configuration.fit.verdict],
         )
     out = console()
     out.print(table)
@@ -160,6 +177,12 @@ def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
     if any(not o.cost.complete for o in result.options):
         out.print(
             "* cost is a lower bound: some parts (storage, egress) have no catalog rate; see --json"
+        )
+    if any(len(o.price_regions) > 1 or o.priced_regions > 1 for o in result.options):
+        out.print(
+            "  region: the cheapest allowed region of each offering; +N = more regions at the "
+            "same price (--json: price_regions, other_regions_priced)",
+            highlight=False,
         )
     for a in result.assumptions:
         out.print(f"  assumption: {a}")

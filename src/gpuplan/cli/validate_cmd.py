@@ -44,6 +44,43 @@ MaxOver50Opt = Annotated[
 ]
 
 
+MaxLosoMedianOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-loso-median",
+        min=0.0,
+        help="Exit 1 if the leave-one-source-out median absolute error exceeds this.",
+    ),
+]
+MaxLosoUnderOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-loso-under",
+        min=0.0,
+        max=1.0,
+        help="Exit 1 if the share of rows predicted more than 10% low, leave-one-source-out, "
+        "exceeds this.",
+    ),
+]
+MaxLosoOver50Opt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-loso-over-50",
+        min=0,
+        help="Exit 1 if more rows than this are off by >50%, leave-one-source-out.",
+    ),
+]
+MinCoverageOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--min-coverage",
+        min=0.0,
+        max=1.0,
+        help="Exit 1 if fewer rows than this share fall inside their 80% bounds.",
+    ),
+]
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
@@ -63,14 +100,46 @@ def _run(
     unit: str,
     max_under: float | None = None,
     max_over_50: int | None = None,
+    loso_gates: tuple[float | None, float | None, int | None, float | None] = (
+        None,
+        None,
+        None,
+        None,
+    ),
 ) -> None:
     """Run one validation table, print it (or JSON), and apply the CI gates."""
+    from gpuplan import holdout
     from gpuplan.validation import default_table, format_rows, run_table
 
-    report = run_table(table or default_table(name), predict)
+    path = table or default_table(name)
+    report = run_table(path, predict)
     s = report.summary()
+    loso = holdout.memory_loso(path) if name == "memory" else holdout.training_loso(path)
+    kind = "memory" if name == "memory" else "time"
+    cov = holdout.coverage(loso, path, kind) if loso is not None else None
+    loso_summary = loso.report.summary() if loso is not None else None
+    loso_errors = {r.id: r.error for r in loso.report.rows} if loso is not None else {}
     if json_out:
-        print_json({"summary": s, "rows": report.rows, "excluded": report.excluded})
+        print_json(
+            {
+                "summary": s,
+                "rows": report.rows,
+                "excluded": report.excluded,
+                "loso": None
+                if loso is None
+                else {
+                    "summary": loso_summary,
+                    "stale": loso.stale or None,
+                    "rows": [
+                        {"id": r.id, "source": r.source, "predicted": r.predicted, "error": r.error}
+                        for r in loso.report.rows
+                    ],
+                    "fold_params": loso.fold_params,
+                },
+                "coverage": cov.as_json() if cov else None,
+                "fitted_constants": [c.as_json() for c in loso.constants] if loso else [],
+            }
+        )
     else:
         from rich.table import Table
 
@@ -81,11 +150,13 @@ def _run(
             f"predicted{unit}",
             f"measured{unit}",
             "error",
+            "LOSO error",
             "strategy / note",
         ):
             t.add_column(col)
-        for cells in format_rows(report.rows, scale, unit):
-            t.add_row(*cells)
+        for row, cells in zip(report.rows, format_rows(report.rows, scale, unit), strict=True):
+            err = loso_errors.get(row.id)
+            t.add_row(*cells[:5], "-" if err is None else f"{err:+.1%}", cells[5])
         out = console()
         out.print(t)
         out.print(
@@ -95,12 +166,65 @@ def _run(
             f"({s['worst_id']}); predicted >10% below measured: {s['under_predicted_over_10pct']}; "
             f"off by more than 50%: {s['rows_over_50pct']}"
         )
+        if loso_summary is not None and loso is not None:
+            out.print(
+                f"leave-one-source-out (each source predicted by constants fitted without it): "
+                f"median |error| {_pct(loso_summary['median_abs_error'])}; predicted >10% below "
+                f"measured: {loso_summary['under_predicted_over_10pct']}; off by more than 50%: "
+                f"{loso_summary['rows_over_50pct']}"
+                + (f" [stale: {loso.stale}]" if loso.stale else "")
+            )
+            for c in loso.constants:
+                helps = {True: "lowers", False: "does NOT lower", None: "?"}[c.helps]
+                out.print(
+                    f"  fitted {c.name} = {c.value:g} on {len(c.rows)} rows; {helps} the LOSO "
+                    f"error of its rows ({_pct(c.loso_median_fitted)} vs "
+                    f"{_pct(c.loso_median_prior)} unfitted)"
+                )
+        else:
+            out.print(
+                "leave-one-source-out: no stored folds (run scripts/fit_efficiency.py --write)"
+            )
+        if cov is not None:
+            out.print(
+                f"80% bounds: {cov.inside:.0%} of {cov.rows} rows inside ({cov.inside_held_out:.0%} "
+                f"with bounds also fitted without the row's source); median width "
+                f"+/-{cov.median_half_width:.0%}"
+            )
     failures = report.gate_failures(
         max_median=max_median, max_under=max_under, max_over_50=max_over_50
     )
+    failures += _loso_failures(loso, cov, *loso_gates)
     if failures:
         typer.echo(f"error: {failures[0]}", err=True)
         raise typer.Exit(1)
+
+
+def _loso_failures(
+    loso: Any,
+    cov: Any,
+    max_median: float | None,
+    max_under: float | None,
+    max_over_50: int | None,
+    min_coverage: float | None,
+) -> list[str]:
+    """Why the leave-one-source-out figures fail their gates."""
+    gated = any(g is not None for g in (max_median, max_under, max_over_50, min_coverage))
+    if not gated:
+        return []
+    if loso is None or loso.stale:
+        why = loso.stale if loso is not None else "no stored folds"
+        return [f"leave-one-source-out: {why}"]
+    out = [
+        f"leave-one-source-out: {f}"
+        for f in loso.report.gate_failures(
+            max_median=max_median, max_under=max_under, max_over_50=max_over_50
+        )
+    ]
+    if min_coverage is not None and (cov is None or cov.inside < min_coverage):
+        got = "no rows" if cov is None else f"{cov.inside:.0%}"
+        out.append(f"80% bounds cover {got} of rows, below --min-coverage {min_coverage:.0%}")
+    return out
 
 
 @validate_app.command("memory")
@@ -110,12 +234,26 @@ def memory(
     max_median: MaxMedianOpt = None,
     max_under: MaxUnderOpt = None,
     max_over_50: MaxOver50Opt = None,
+    max_loso_median: MaxLosoMedianOpt = None,
+    max_loso_under: MaxLosoUnderOpt = None,
+    max_loso_over_50: MaxLosoOver50Opt = None,
+    min_coverage: MinCoverageOpt = None,
 ) -> None:
-    """Predicted vs measured per-GPU peak memory (GiB), with median and worst error."""
+    """Predicted vs measured per-GPU peak memory (GiB): in-sample and leave-one-source-out
+    error, the fitted constants, and how often the 80% bounds hold."""
     from gpuplan.validation import predict_memory
 
     _run(
-        "memory", predict_memory, table, json_out, max_median, 2**30, " GiB", max_under, max_over_50
+        "memory",
+        predict_memory,
+        table,
+        json_out,
+        max_median,
+        2**30,
+        " GiB",
+        max_under,
+        max_over_50,
+        (max_loso_median, max_loso_under, max_loso_over_50, min_coverage),
     )
 
 
@@ -126,10 +264,98 @@ def training(
     max_median: MaxMedianOpt = None,
     max_under: MaxUnderOpt = None,
     max_over_50: MaxOver50Opt = None,
+    max_loso_median: MaxLosoMedianOpt = None,
+    max_loso_under: MaxLosoUnderOpt = None,
+    max_loso_over_50: MaxLosoOver50Opt = None,
+    min_coverage: MinCoverageOpt = None,
 ) -> None:
-    """Predicted vs measured throughput / time-to-train, with median and worst error."""
+    """Predicted vs measured throughput / time-to-train: in-sample and leave-one-source-out
+    error, the fitted constants, and how often the 80% bounds hold."""
     from gpuplan.validation import predict_training
 
     _run(
-        "training", predict_training, table, json_out, max_median, 1.0, "", max_under, max_over_50
+        "training",
+        predict_training,
+        table,
+        json_out,
+        max_median,
+        1.0,
+        "",
+        max_under,
+        max_over_50,
+        (max_loso_median, max_loso_under, max_loso_over_50, min_coverage),
     )
+
+
+@validate_app.command("inference")
+def inference(
+    table: TableOpt = None,
+    json_out: JsonOpt = False,
+    no_loso: Annotated[
+        bool, typer.Option("--no-loso", help="Skip the leave-one-source-out refits (faster).")
+    ] = False,
+    max_memory: Annotated[
+        float | None,
+        typer.Option(
+            "--max-memory", min=0.0, help="Exit 1 if the memory LOSO median exceeds this."
+        ),
+    ] = None,
+    max_throughput: Annotated[
+        float | None,
+        typer.Option(
+            "--max-throughput", min=0.0, help="Exit 1 if the throughput LOSO median exceeds this."
+        ),
+    ] = None,
+    max_latency: Annotated[
+        float | None,
+        typer.Option(
+            "--max-latency", min=0.0, help="Exit 1 if the latency LOSO median exceeds this."
+        ),
+    ] = None,
+) -> None:
+    """Serving estimates vs published measurements: per-row, median, worst, LOSO, bounds coverage."""
+    from gpuplan.validation_inference import run
+
+    report = run(table, loso=not no_loso)
+    summary = report["summary"]
+    if json_out:
+        print_json(report)
+    else:
+        from rich.table import Table
+
+        t = Table(title=f"inference validation: {report['table']}")
+        for col in ("id", "metric", "predicted", "measured", "error", "LOSO error", "in bounds"):
+            t.add_column(col)
+        for r in report["rows"]:
+            t.add_row(
+                r.id,
+                r.metric,
+                f"{r.predicted:.4g}",
+                f"{r.measured:.4g}",
+                f"{r.error:+.1%}",
+                f"{r.loso_error:+.1%}",
+                "-" if r.in_bounds is None else ("yes" if r.in_bounds else "no"),
+            )
+        out = console()
+        out.print(t)
+        for group, s in summary.items():
+            cov = s["bounds_coverage"]
+            out.print(
+                f"{group}: {s['rows']} rows from {s['sources']} sources; median |error| "
+                f"{s['median_abs_error']:.1%}, LOSO median {s['loso_median_abs_error']:.1%}; worst "
+                f"{s['worst_abs_error']:.1%} ({s['worst_id']}), LOSO worst "
+                f"{s['loso_worst_abs_error']:.1%}; bounds coverage {_pct(cov)}"
+            )
+        out.print(f"excluded with reasons: {len(report['excluded'])} rows")
+    for group, limit in (
+        ("memory", max_memory),
+        ("throughput", max_throughput),
+        ("latency", max_latency),
+    ):
+        if limit is not None and summary[group]["loso_median_abs_error"] > limit:
+            typer.echo(
+                f"error: {group} LOSO median |error| "
+                f"{summary[group]['loso_median_abs_error']:.1%} exceeds {limit:.1%}",
+                err=True,
+            )
+            raise typer.Exit(1)

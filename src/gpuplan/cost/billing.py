@@ -105,23 +105,48 @@ def commitment_terms(wall_s: float, mode: str) -> int:
     return max(1, math.ceil(wall_s / term_s))
 
 
-def term_price(*, per_hour: float | None, per_month: float | None, mode: str) -> float:
+def term_price(
+    *, per_hour: float | None, per_month: float | None, mode: str, per_year: float | None = None
+) -> float:
     """Price of one commitment term of ``mode``, in the price's currency.
 
-    A monthly amount is multiplied by the months in the term; an hourly amount
-    (the effective hourly rate of a reservation) by the hours in the term.
+    A monthly amount is multiplied by the months in the term, a yearly one by the
+    years; an hourly amount (the effective hourly rate of a reservation) by the
+    hours in the term.
 
     >>> term_price(per_hour=None, per_month=5190.0, mode="monthly")
     5190.0
     >>> term_price(per_hour=2.0, per_month=None, mode="reserved-1y")
     17520.0
+    >>> term_price(per_hour=None, per_month=None, per_year=9000.0, mode="reserved-3y")
+    27000.0
     """
     hours = TERM_HOURS[mode]
     if per_month is not None:
         return per_month * hours / HOURS_PER_MONTH
+    if per_year is not None:
+        return per_year * hours / (12 * HOURS_PER_MONTH)
     if per_hour is None:
-        raise ValueError("a price needs per_hour or per_month")
+        raise ValueError("a price needs per_hour, per_month or per_year")
     return per_hour * hours
+
+
+def break_even_utilization(commit_per_hour: float, on_demand_per_hour: float) -> float:
+    """Share of a commitment's term an instance must be busy for it to cost no more than on-demand.
+
+    Both amounts are per instance-hour in one currency: the commitment's effective
+    hourly rate over its term (owed whether used or not) and the on-demand price in
+    the same region. Above 1 the commitment never pays off; auto-stop billing
+    increments are ignored (they only move on-demand up, slightly).
+
+    >>> break_even_utilization(6.0, 10.0)
+    0.6
+    >>> break_even_utilization(12.0, 10.0)
+    1.2
+    """
+    if on_demand_per_hour <= 0:
+        raise ValueError("on_demand_per_hour must be > 0")
+    return commit_per_hour / on_demand_per_hour
 
 
 def capacity_block_seconds(wall_s: float) -> float:

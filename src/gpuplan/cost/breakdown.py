@@ -31,6 +31,8 @@ class CostBreakdown:
         spot_overhead: spot overhead time x price x nodes.
         rounding: billing increment and minimum charge; None when the increment is unknown.
         commitment_unused: paid commitment (whole terms) the job does not use.
+        on_demand_remainder: when a job longer than one term runs its last part on demand
+            (cheaper than one more term), what that part costs above the commitment's rate.
         storage: dataset + checkpoint storage; None when no rate is known.
         egress: data transfer out; None when a rate is unknown.
         total: sum of the known parts.
@@ -61,6 +63,7 @@ class CostBreakdown:
     fx: tuple[FxUse, ...]
     sources: tuple[str, ...]
     assumptions: tuple[str, ...]
+    on_demand_remainder: float = 0.0
 
     @property
     def complete(self) -> bool:
@@ -88,6 +91,7 @@ class CostBreakdown:
             "spot_overhead": amount(self.spot_overhead),
             "rounding": amount(self.rounding),
             "commitment_unused": amount(self.commitment_unused),
+            "on_demand_remainder": amount(self.on_demand_remainder),
             "storage": amount(self.storage),
             "egress": amount(self.egress),
             "total": round(self.total, 6),

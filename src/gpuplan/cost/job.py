@@ -22,6 +22,7 @@ from gpuplan.cost.billing import (
     TERM_HOURS,
     CommitmentPolicy,
     billed_seconds,
+    break_even_utilization,
     capacity_block_seconds,
     commitment_terms,
     expected_loss_per_interruption_s,
@@ -127,6 +128,7 @@ class _Parts:
     spot_overhead: float = 0.0
     rounding: float | None = 0.0
     commitment_unused: float = 0.0
+    on_demand_remainder: float = 0.0
     commitment: str | None = None
 
 
@@ -203,10 +205,23 @@ def _commitment(
     rate: float,
     options: CostOptions,
     notes: list[str],
+    on_demand: tuple[Price, float] | None = None,
 ) -> _Parts:
+    """A commitment price: whole terms, or the job's share of a term already held.
+
+    With ``whole-terms`` and an on-demand price in the same region (``on_demand``:
+    the price and its FX rate), a job longer than one term commits the terms it
+    fills and runs the rest on demand when that is cheaper than one more term
+    (the on-demand/commitment mix of a job of weeks).
+    """
     p = _Parts(commitment=options.commitment)
     mode = price.mode
-    one_term = term_price(per_hour=price.per_hour, per_month=price.per_month, mode=mode) * rate
+    one_term = (
+        term_price(
+            per_hour=price.per_hour, per_month=price.per_month, per_year=price.per_year, mode=mode
+        )
+        * rate
+    )
     term_h = TERM_HOURS[mode]
     per_s = one_term / (term_h * 3600.0) * nodes
     p.wall_s = startup_s + run_s
@@ -214,6 +229,22 @@ def _commitment(
     p.startup = startup_s * per_s
     if options.commitment == "whole-terms":
         terms = commitment_terms(p.wall_s, mode)
+        full = int(p.wall_s // (term_h * 3600.0))
+        rest_s = p.wall_s - full * term_h * 3600.0
+        if on_demand is not None and 0 < full < terms:
+            od, od_rate = on_demand
+            od_billed = billed_seconds(rest_s, od.granularity_s, od.minimum_s)
+            od_cost = od_billed * od.hourly_equivalent * od_rate / 3600.0 * nodes
+            if od_cost < one_term * nodes:
+                p.billed_s = full * term_h * 3600.0 + od_billed
+                p.on_demand_remainder = od_cost - rest_s * per_s
+                notes.append(
+                    f"{mode}: commitment bought for this job: {full} whole term(s) of {term_h:g} h "
+                    f"x {nodes} instance(s), then the last {format_duration(rest_s)} on demand "
+                    f"({od_cost:,.2f} instead of one more term at {one_term * nodes:,.2f}); the "
+                    "on-demand premium over the commitment rate is on_demand_remainder"
+                )
+                return p
         p.billed_s = terms * term_h * 3600.0
         p.commitment_unused = terms * one_term * nodes - p.compute - p.startup
         notes.append(
@@ -229,6 +260,29 @@ def _commitment(
             "is not charged to this job"
         )
     return p
+
+
+def _break_even_note(
+    offering: Offering,
+    price: Price,
+    region: str | None,
+    commit_per_hour: float,
+    catalog: Catalog,
+    currency: str,
+    notes: list[str],
+) -> None:
+    """Say at what utilization the commitment beats on-demand in the same region."""
+    od = offering.price("on-demand", region) if region in offering.regions else None
+    if od is None:
+        notes.append(f"{price.mode}: no on-demand price in the same region to compare with")
+        return
+    od_per_hour = od.hourly_equivalent * fx_rate(catalog.fx, od.currency, currency)
+    ratio = break_even_utilization(commit_per_hour, od_per_hour)
+    notes.append(
+        f"{price.mode}: break-even at {ratio:.0%} utilization of the term vs on-demand "
+        f"({od_per_hour:.4g} {currency}/h in {region})"
+        + ("; it never pays off" if ratio > 1 else "")
+    )
 
 
 def _capacity_block(
@@ -374,7 +428,10 @@ def job_cost(
             notes, unknown, sources,
         )  # fmt: skip
     elif mode in COMMITMENT_MODES:
-        p = _commitment(price, nodes, run_s, startup_s, rate, options, notes)
+        od = offering.price("on-demand", region) if region in offering.regions else None
+        od_pair = None if od is None else (od, fx_rate(catalog.fx, od.currency, currency))
+        p = _commitment(price, nodes, run_s, startup_s, rate, options, notes, od_pair)
+        _break_even_note(offering, price, region, per_hour, catalog, currency, notes)
     elif mode == "capacity-block":
         p = _capacity_block(nodes, run_s, startup_s, per_hour, notes)
         sources.append(CAPACITY_BLOCK_SOURCE)
@@ -383,7 +440,7 @@ def job_cost(
     storage, egress = _data_parts(
         offering, region, p.wall_s, currency, catalog, options, notes, unknown, sources, fx
     )
-    total = p.compute + p.startup + p.spot_overhead + p.commitment_unused
+    total = p.compute + p.startup + p.spot_overhead + p.commitment_unused + p.on_demand_remainder
     for part in (p.rounding, storage, egress):
         if part is not None:
             total += part
@@ -403,6 +460,7 @@ def job_cost(
         spot_overhead=p.spot_overhead,
         rounding=p.rounding,
         commitment_unused=p.commitment_unused,
+        on_demand_remainder=p.on_demand_remainder,
         storage=storage,
         egress=egress,
         total=total,

@@ -1,5 +1,10 @@
 """Recurring use: commitment vs on-demand per offering, the cheapest mix, auto-stop savings.
 
+Prices are per region: each offering is costed in every allowed region whose
+prices differ, and the region with the cheapest best strategy is kept (named,
+with the regions at the same prices). Each commitment price is quoted with its
+break-even utilization against on-demand in the same region.
+
 Each instance level of :mod:`gpuplan.cost.runs` is an independent choice: pay
 its runs on demand, or commit (monthly or reserved) and pay the whole month
 whatever the use. Committing level ``j`` pays off when its monthly on-demand
@@ -17,7 +22,7 @@ from typing import Any, Literal
 
 from gpuplan.catalog.loader import Catalog
 from gpuplan.catalog.schema import HOURS_PER_MONTH, Offering, Price
-from gpuplan.cost.billing import COMMITMENT_MODES, TERM_HOURS, term_price
+from gpuplan.cost.billing import COMMITMENT_MODES, TERM_HOURS, break_even_utilization, term_price
 from gpuplan.cost.money import FxUse, fx_rate, fx_use
 from gpuplan.cost.runs import MONTH_S, Levels, instance_levels
 from gpuplan.cost.usage import Usage
@@ -86,6 +91,41 @@ class AutostopSavings:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CommitmentQuote:
+    """One commitment price of an offering, per instance, and when it pays off.
+
+    Attributes:
+        mode: monthly / reserved-1y / reserved-3y.
+        per_month: its cost per instance per 730-hour month, in the report's currency.
+        per_hour: the same spread over the month's hours.
+        break_even: share of the term an instance must be busy for the commitment to cost
+            no more than on-demand in the same region (None without an on-demand price).
+        derived: how the price was derived when it is not listed (a published rule).
+        source: where the price comes from.
+    """
+
+    mode: str
+    per_month: float
+    per_hour: float
+    break_even: float | None
+    derived: str | None
+    source: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON."""
+        return {
+            "mode": self.mode,
+            "per_month": round(self.per_month, 4),
+            "per_hour": round(self.per_hour, 6),
+            "break_even_utilization": None
+            if self.break_even is None
+            else round(self.break_even, 4),
+            "derived": self.derived,
+            "source": self.source,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class OfferingBill:
     """The strategies for one offering, cheapest first, with the reasons.
 
@@ -94,6 +134,9 @@ class OfferingBill:
         instance_type: instance type.
         gpus_per_instance: GPUs per instance.
         regions: the offering's regions.
+        region: the region costed (the cheapest of the allowed ones).
+        price_regions: allowed regions with the same prices as ``region`` (``region`` first).
+        commitments: every commitment price in ``region``, with its break-even utilization.
         instances_peak: instances needed at the busiest moment.
         strategies: every strategy costed, cheapest first.
         best: the cheapest strategy.
@@ -109,6 +152,9 @@ class OfferingBill:
     instance_type: str
     gpus_per_instance: float
     regions: tuple[str, ...]
+    region: str
+    price_regions: tuple[str, ...]
+    commitments: tuple[CommitmentQuote, ...]
     instances_peak: int
     strategies: tuple[Strategy, ...]
     best: Strategy
@@ -126,6 +172,9 @@ class OfferingBill:
             "instance_type": self.instance_type,
             "gpus_per_instance": self.gpus_per_instance,
             "regions": list(self.regions),
+            "region": self.region,
+            "price_regions": list(self.price_regions),
+            "commitments": [c.as_dict() for c in self.commitments],
             "instances_peak": self.instances_peak,
             "best": self.best.name,
             "best_monthly_cost": round(self.best.monthly_cost, 4),
@@ -193,19 +242,54 @@ def _source(offering: Offering, price: Price) -> str:
 
 
 def bill_offering(
-    offering: Offering, usage: Usage, *, catalog: Catalog, currency: str
+    offering: Offering,
+    usage: Usage,
+    *,
+    catalog: Catalog,
+    currency: str,
+    regions: tuple[str, ...] | None = None,
 ) -> OfferingBill | str:
     """Cost the usage on one offering: pure strategies and the cheapest mix.
+
+    Every allowed region with its own set of prices is costed; the region with the
+    cheapest best strategy is kept (ties: the first region in order).
+
+    Args:
+        offering: the catalog offering.
+        usage: the recurring use.
+        catalog: the loaded catalog (FX rates).
+        currency: the report's currency.
+        regions: the regions allowed; None = every region of the offering.
 
     Returns:
         The result, or a one-line reason the offering cannot be costed.
     """
     if offering.gpu_count < 1:
         return "fractional GPU slice: not usable for whole-GPU demand"
-    od = offering.price("on-demand")
-    commits = [p for p in offering.prices if p.mode in COMMITMENT_MODES]
-    if od is None and not commits:
+    wanted = offering.regions if regions is None else regions
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for region in wanted:
+        prices = [offering.price(m, region) for m in ("on-demand", *COMMITMENT_MODES)]
+        if any(p is not None for p in prices):
+            groups.setdefault(tuple(id(p) for p in prices), []).append(region)
+    if not groups:
         return "no on-demand or monthly/reserved price in the catalog"
+    best: OfferingBill | None = None
+    for members in groups.values():
+        res = _bill_at(offering, usage, members, catalog=catalog, currency=currency)
+        if best is None or res.best.monthly_cost < best.best.monthly_cost - 1e-9:
+            best = res
+    assert best is not None
+    return best
+
+
+def _bill_at(
+    offering: Offering, usage: Usage, regions: list[str], *, catalog: Catalog, currency: str
+) -> OfferingBill:
+    """The bill in ``regions``, which all charge the same prices."""
+    region = regions[0]
+    od = offering.price("on-demand", region)
+    commits = [p for m in COMMITMENT_MODES if (p := offering.price(m, region)) is not None]
     timeline = usage.timeline
     per_inst = offering.gpu_count
     notes: list[str] = [
@@ -250,15 +334,38 @@ def bill_offering(
             rounding_instance_hours_with=(sum(levels.auto_billed) - sum(levels.auto_exact)) * hours,
         )
     peak = levels.peak_busy if levels else math.ceil(timeline.peak_busy_gpus / per_inst - 1e-9)
+    quotes: list[CommitmentQuote] = []
     for price in commits:
         rate = fx_rate(catalog.fx, price.currency, currency)
-        term = term_price(per_hour=price.per_hour, per_month=price.per_month, mode=price.mode)
+        term = term_price(
+            per_hour=price.per_hour,
+            per_month=price.per_month,
+            per_year=price.per_year,
+            mode=price.mode,
+        )
         per_month = term * rate / (TERM_HOURS[price.mode] / HOURS_PER_MONTH)
         sources.append(_source(offering, price))
         _note_fx(catalog, price.currency, currency, fx)
+        even = (
+            break_even_utilization(per_month / HOURS_PER_MONTH, od_hourly)
+            if od is not None
+            else None
+        )
+        quotes.append(
+            CommitmentQuote(
+                mode=price.mode,
+                per_month=per_month,
+                per_hour=per_month / HOURS_PER_MONTH,
+                break_even=even,
+                derived=price.derived,
+                source=price.source or offering.source,
+            )
+        )
         notes.append(
             f"{price.mode}: {per_month:.6g} {currency} per instance-month"
             + ("" if price.mode == "monthly" else f" (needs a {price.mode[-2:]} term)")
+            + ("" if even is None else f"; break-even at {even:.0%} utilization vs on-demand")
+            + (f"; derived: {price.derived}" if price.derived else "")
         )
         strategies.append(
             Strategy(
@@ -287,11 +394,21 @@ def bill_offering(
     if od is None:
         not_costed.append("on-demand: no on-demand price in the catalog, so no mix or auto-stop")
     strategies.sort(key=lambda s: (s.monthly_cost, s.committed_instances, s.name))
+    if len(offering.regions) > 1:
+        notes.insert(
+            0,
+            f"region: {region}"
+            + (f" (same prices in {', '.join(regions[1:])})" if len(regions) > 1 else "")
+            + ", the cheapest allowed region",
+        )
     return OfferingBill(
         provider=offering.provider,
         instance_type=offering.instance_type,
         gpus_per_instance=per_inst,
         regions=offering.regions,
+        region=region,
+        price_regions=tuple(regions),
+        commitments=tuple(quotes),
         instances_peak=peak,
         strategies=tuple(strategies),
         best=strategies[0],
@@ -360,12 +477,15 @@ def bill(usage: Usage, *, catalog: Catalog, currency: str) -> BillReport:
     for p in usage.providers:
         if p not in catalog.providers:
             raise UnknownNameError("provider", p, catalog.providers, field="providers")
-    offerings = [
-        o
-        for o in catalog.filter_offerings(gpu=gpu, providers=usage.providers)
-        if not usage.regions
-        or any(w.lower() in r.lower() for w in usage.regions for r in o.regions)
-    ]
+    offerings: list[tuple[Offering, tuple[str, ...]]] = []
+    for o in catalog.filter_offerings(gpu=gpu, providers=usage.providers):
+        regions = tuple(
+            r
+            for r in o.regions
+            if not usage.regions or any(w.lower() in r.lower() for w in usage.regions)
+        )
+        if regions:
+            offerings.append((o, regions))
     if not offerings:
         raise InfeasibleError(
             f"bill: no {gpu} offering matches providers={list(usage.providers) or 'all'} "
@@ -374,8 +494,8 @@ def bill(usage: Usage, *, catalog: Catalog, currency: str) -> BillReport:
         )
     results: list[OfferingBill] = []
     skipped: list[tuple[str, str]] = []
-    for off in offerings:
-        res = bill_offering(off, usage, catalog=catalog, currency=currency)
+    for off, regions in offerings:
+        res = bill_offering(off, usage, catalog=catalog, currency=currency, regions=regions)
         if isinstance(res, str):
             skipped.append((f"{off.provider}:{off.instance_type}", res))
         else:

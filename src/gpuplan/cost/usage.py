@@ -41,9 +41,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuplan.errors import SpecError
+from gpuplan.schema_base import UserModel
 from gpuplan.units import parse_duration_s
 
 WEEK_S = 7 * 86_400
@@ -54,7 +55,7 @@ DEFAULT_BUSY_THRESHOLD_PCT = 10.0
 """A GPU counts as busy at or above this utilization: the threshold of ``gpuplan watch``."""
 
 
-class _Model(BaseModel):
+class _Model(UserModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -287,15 +288,9 @@ def parse_usage_yaml(text: str, *, origin: str) -> Usage:
     >>> u.timeline.busy_gpu_s / 3600, u.autostop_after_s
     (400.0, 600.0)
     """
-    import yaml
+    from gpuplan.userfile import parse_yaml
 
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}:" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{origin}:{where} malformed YAML: {problem}") from exc
+    data = parse_yaml(text, what=origin, path=None, error=SpecError)
     if not isinstance(data, dict):
         raise SpecError(
             f"{origin}: expected a mapping of usage fields (gpu, demand or gpus/hours_per_day/"
@@ -356,7 +351,10 @@ def parse_trace_csv(
     >>> t.period_s, t.busy_gpu_s / 3600, t.on_gpu_s / 3600
     (7200.0, 6.0, 8.0)
     """
-    rows = list(csv.reader(io.StringIO(text)))
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise SpecError(f"{origin}: malformed CSV: {exc}") from None
     rows = [r for r in rows if r and any(c.strip() for c in r)]
     if len(rows) < 3:
         raise SpecError(f"{origin}: a trace needs a header and at least two rows")
@@ -467,6 +465,10 @@ def usage_from_text(
             ),
         )
     else:
+        if busy_threshold is not None:
+            raise SpecError(
+                f"--busy-threshold: only for a utilization trace CSV, not the usage YAML {origin}"
+            )
         usage = parse_usage_yaml(text, origin=origin)
     changes: dict[str, Any] = {}
     if gpu is not None:

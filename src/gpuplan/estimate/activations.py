@@ -51,6 +51,10 @@ class Numerics:
     logits_upcast_in_model: bool = False
     """The model itself returns fp32 logits and the 16-bit ones are not kept (torchtune's
     ``TransformerDecoder`` without output chunks: ``self.output(h).float()``)."""
+    fused_kernels: bool = False
+    """Transformer Engine (Megatron): fused norm + linear keeps the 16-bit norm input and the
+    fp32 rstd, the fused SwiGLU keeps its input (and the down projection its own input), and
+    attention reads grouped K/V without repeating them."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,8 +91,9 @@ class Item:
 def _norm(shape: Shape, num: Numerics, tr: Trainable, where: str) -> list[Item]:
     h = shape.hidden
     a = num.act_bytes
-    if num.compiled:
-        return [Item(name=f"{where} norm input (compiled)", bytes_per_token=a * h + FP32)]
+    if num.compiled or num.fused_kernels:
+        kind = "compiled" if num.compiled else "fused"
+        return [Item(name=f"{where} norm input ({kind})", bytes_per_token=a * h + FP32)]
     if shape.norm == "rmsnorm":
         # HF RMSNorm: x.to(float32); pow saves the fp32 x; weight * x.to(dtype) saves the cast
         items = [Item(name=f"{where} rmsnorm fp32 input", bytes_per_token=FP32 * h)]
@@ -123,7 +128,8 @@ def _linear_inputs(
     items = []
     saving = [r for r in roles if tr.saves_input(r)]
     if saving:
-        copies = len(saving) if (num.autocast and fp32_input and not num.compiled) else 1
+        fused = num.compiled or num.fused_kernels
+        copies = len(saving) if (num.autocast and fp32_input and not fused) else 1
         items.append(
             Item(name=f"{where} input ({'/'.join(saving)})", bytes_per_token=copies * a * width)
         )
@@ -163,7 +169,7 @@ def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool
     items = _norm(shape, num, tr, "attn")
     qkv_roles = ("qkv",) if any(lin.role == "qkv" for lin in shape.linears) else ("q", "k", "v")
     items += _linear_inputs(qkv_roles, h, num, tr, "attn qkv", fp32_input=True)
-    repeat = shape.kv_heads < shape.heads and shape.family == "decoder"
+    repeat = shape.kv_heads < shape.heads and shape.family == "decoder" and not num.fused_kernels
     kv_saved = width_q if repeat else width_kv  # HF repeat_kv materialises full-width K/V
     if fused:
         items.append(
@@ -214,8 +220,9 @@ def _mlp(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
         )
     else:
         items += _linear_inputs(up_roles, h, num, tr, "mlp up", fp32_input=True)
-    if shape.gated and num.compiled:
-        items.append(Item(name="mlp gate and up outputs (compiled)", bytes_per_token=k * 2 * a * f))
+    if shape.gated and (num.compiled or num.fused_kernels):
+        kind = "compiled" if num.compiled else "fused SwiGLU input"
+        items.append(Item(name=f"mlp gate and up outputs ({kind})", bytes_per_token=k * 2 * a * f))
     elif shape.gated:
         # act(gate) * up: activation saves its input; the product saves both factors
         items.append(Item(name="mlp gate output (activation input)", bytes_per_token=k * a * f))
@@ -325,5 +332,11 @@ def backward_transient_per_token(shape: Shape, num: Numerics) -> float:
     """Extra bytes per token at the start of backward (loss and logits gradients)."""
     if shape.family != "decoder":
         return 0.0
+    if num.compiled and not num.logits_upcast_in_model:
+        # a compiled loss that upcasts the logits itself fuses the backward of the upcast
+        # and the log-softmax into one kernel writing the logits gradient in the logits
+        # dtype: no fp32 gradient (a model that returns fp32 logits, as torchtune's, still
+        # gets the fp32 gradient and casts it back outside the compiled loss)
+        return num.act_bytes * shape.vocab / max(1, num.loss_chunks)
     # fp32 gradient of the log-softmax and its cast back to the logits dtype, per chunk
     return (FP32 + num.act_bytes) * shape.vocab / max(1, num.loss_chunks)

@@ -1,4 +1,8 @@
-"""Efficiency parameters of the speed model (``efficiency.yaml``), loaded once."""
+"""Efficiency parameters of the speed model (``efficiency.yaml``), loaded once.
+
+The file is validated by a strict model (:class:`EfficiencyFile`): every parameter of
+every architecture is stated in the file with its basis; nothing is defaulted in code.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,15 @@ from importlib import resources
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpuplan.catalog.schema import GpuSpec
+from gpuplan.errors import CatalogError
 
 ATTENTION_PRIOR = 0.75
 """Fused attention relative to a large GEMM where no fit exists (FlashAttention-2 reaches
-50-73% of A100 peak vs about 70-80% for cuBLAS GEMMs; Dao, arXiv:2307.08691)."""
+50-73% of A100 peak vs about 70-80% for cuBLAS GEMMs; Dao, arXiv:2307.08691). Used by the
+fp32 attention path; ``efficiency.yaml`` states each architecture's attention values."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,42 +80,103 @@ def efficiencies() -> Efficiencies:
     return _OVERRIDE[0] if _OVERRIDE else _load()
 
 
-@functools.lru_cache(maxsize=1)
-def _load() -> Efficiencies:
-    """Load ``efficiency.yaml`` shipped beside this module."""
-    text = resources.files("gpuplan.estimate").joinpath("efficiency.yaml").read_text("utf-8")
-    data: dict[str, Any] = yaml.safe_load(text)
+class _File(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _ArchFile(_File):
+    """One architecture in ``efficiency.yaml``: every parameter stated, none defaulted."""
+
+    gemm: float = Field(gt=0, le=1)
+    gemm_fp8: float = Field(gt=0, le=1)
+    gemm_fp32: float = Field(gt=0, le=1)
+    attention: float = Field(gt=0, le=1)
+    attention_cudnn: float = Field(gt=0, le=1)
+    hbm: float = Field(gt=0, le=1)
+    kernel_overhead_us: float = Field(ge=0)
+    gemm_half_size: float = Field(gt=0)
+    step_overhead: float = Field(ge=0, lt=1)
+    basis: str = Field(min_length=10)
+
+
+class _LinkFile(_File):
+    efficiency: float = Field(gt=0, le=1)
+    latency_us: float = Field(ge=0)
+
+
+class _OverlapFile(_File):
+    data_parallel: float = Field(ge=0, le=1)
+    fsdp: float = Field(ge=0, le=1)
+    tensor_parallel: float = Field(ge=0, le=1)
+    pipeline_p2p: float = Field(ge=0, le=1)
+
+
+class _VirtualizationFile(_File):
+    vgpu_slice: float = Field(gt=0, le=1, alias="vgpu-slice")
+    virtualized: float = Field(gt=0, le=1)
+    bare_metal: float = Field(gt=0, le=1, alias="bare-metal")
+
+
+class EfficiencyFile(_File):
+    """``efficiency.yaml`` as validated: unknown or missing keys are errors."""
+
+    schema_version: str
+    architectures: dict[str, _ArchFile] = Field(min_length=1)
+    links: dict[str, _LinkFile] = Field(min_length=1)
+    pcie_gb_per_s_per_direction: dict[int, float]
+    overlap: _OverlapFile
+    virtualization: _VirtualizationFile
+
+    @field_validator("architectures")
+    @classmethod
+    def _hopper_present(cls, value: dict[str, _ArchFile]) -> dict[str, _ArchFile]:
+        if "Hopper" not in value:
+            raise ValueError("Hopper is required: it is the prior for unlisted architectures")
+        return value
+
+
+def parse_efficiency_file(data: Any, origin: str = "efficiency.yaml") -> Efficiencies:
+    """Validate raw ``efficiency.yaml`` data into :class:`Efficiencies` (CatalogError if bad)."""
+    try:
+        f = EfficiencyFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise CatalogError(f"{origin}: {where}: {err['msg']}") from exc
     archs = {
         name: ArchEfficiency(
             architecture=name,
-            gemm=float(v["gemm"]),
-            gemm_fp8=float(v.get("gemm_fp8", v["gemm"])),
-            gemm_fp32=float(v.get("gemm_fp32", 0.9)),
-            attention=float(v.get("attention", ATTENTION_PRIOR * float(v["gemm"]))),
-            attention_cudnn=float(
-                v.get("attention_cudnn", v.get("attention", ATTENTION_PRIOR * float(v["gemm"])))
-            ),
-            hbm=float(v["hbm"]),
-            kernel_overhead_s=float(v["kernel_overhead_us"]) * 1e-6,
-            gemm_half_size=float(v["gemm_half_size"]),
-            step_overhead=float(v["step_overhead"]),
-            basis=" ".join(str(v["basis"]).split()),
+            gemm=v.gemm,
+            gemm_fp8=v.gemm_fp8,
+            gemm_fp32=v.gemm_fp32,
+            attention=v.attention,
+            attention_cudnn=v.attention_cudnn,
+            hbm=v.hbm,
+            kernel_overhead_s=v.kernel_overhead_us * 1e-6,
+            gemm_half_size=v.gemm_half_size,
+            step_overhead=v.step_overhead,
+            basis=" ".join(v.basis.split()),
         )
-        for name, v in data["architectures"].items()
+        for name, v in f.architectures.items()
     }
     links = {
-        name: LinkEfficiency(
-            efficiency=float(v["efficiency"]), latency_s=float(v["latency_us"]) * 1e-6
-        )
-        for name, v in data["links"].items()
+        name: LinkEfficiency(efficiency=v.efficiency, latency_s=v.latency_us * 1e-6)
+        for name, v in f.links.items()
     }
     return Efficiencies(
         archs=archs,
         links=links,
-        pcie_gb_per_s={int(k): float(v) for k, v in data["pcie_gb_per_s_per_direction"].items()},
-        overlap={k: float(v) for k, v in data["overlap"].items()},
-        virtualization={k: float(v) for k, v in data["virtualization"].items()},
+        pcie_gb_per_s=dict(f.pcie_gb_per_s_per_direction),
+        overlap=f.overlap.model_dump(),
+        virtualization=f.virtualization.model_dump(by_alias=True),
     )
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> Efficiencies:
+    """Load ``efficiency.yaml`` shipped beside this module."""
+    text = resources.files("gpuplan.estimate").joinpath("efficiency.yaml").read_text("utf-8")
+    return parse_efficiency_file(yaml.safe_load(text))
 
 
 def for_dtype(eff: ArchEfficiency, dtype: str) -> ArchEfficiency:

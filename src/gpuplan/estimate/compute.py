@@ -70,6 +70,7 @@ def transformer_step(
     st: Strategy,
     *,
     seq: int,
+    attention_seq: int | None = None,
     dtype: str,
     act_bytes: int,
     tr: Trainable,
@@ -84,7 +85,10 @@ def transformer_step(
     """Compute time of the worst pipeline stage for one micro-batch, and of the optimizer step.
 
     ``eff16`` is the 16-bit efficiency, for what fp8 recipes keep in 16 bits (the LM head).
+    ``attention_seq`` is the length each token attends over (packed rows with document
+    masking attend within a document); default ``seq``.
     """
+    ctx = attention_seq or seq
     peak = peak_flops(gpu, dtype)
     peak16 = peak_flops(gpu, "bf16")
     # a GEMM's fixed cost (launch, tail, wave quantisation) is a time: in FLOPs it grows
@@ -132,7 +136,7 @@ def transformer_step(
     # attention core (per layer, causal halves the work with flash)
     width_q = shape.heads * shape.head_dim / tp
     attn_fwd = (
-        4 * st.micro_batch_size * seq * seq * width_q * (0.5 if shape.family == "decoder" else 1.0)
+        4 * st.micro_batch_size * seq * ctx * width_q * (0.5 if shape.family == "decoder" else 1.0)
     )
     if fused_attention:
         # flash attention runs in 16 bits even in fp8 recipes (Transformer Engine and torchao
@@ -147,7 +151,7 @@ def transformer_step(
         attn_hw = attn_fwd * (1 + FLASH_BWD_FACTOR)
     else:
         sq_bytes = (
-            st.micro_batch_size * shape.heads / tp * seq * seq * 4 * 6
+            st.micro_batch_size * shape.heads / tp * seq * ctx * 4 * 6
         )  # scores, softmax, dropout passes
         t_attn = 3 * _gemm_time(attn_fwd, sq_bytes / 3, peak, bw, eff)
         attn_hw = attn_fwd * 3

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
+from gpuplan.estimate import bounds as bnd
+from gpuplan.estimate.frameworks import FRAMEWORKS
+from gpuplan.estimate.interleave import with_interleaving
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
     DEFAULT_SAFETY_MARGIN,
@@ -20,8 +22,9 @@ from gpuplan.estimate.memory import (
     estimate_memory,
 )
 from gpuplan.estimate.shape import Shape, shape_of
+from gpuplan.estimate.sharding import check_sharding
 from gpuplan.estimate.strategy import Strategy, candidate_layouts, grad_accum_for
-from gpuplan.spec import JobSpec, ParallelismSpec
+from gpuplan.spec import JobSpec, ParallelismSpec, nearest_multiples
 
 MAX_MICRO_BATCH_SEARCH = 4096
 
@@ -93,6 +96,8 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         precision=spec.precision,
         optimizer=spec.optimizer,
         seq_len=sequence_length(spec, shape),
+        mean_seq_len=spec.mean_seq_len if shape.is_text else None,
+        packing=spec.packing,
         lora_roles=roles,
         lora_rank=rank,
         lora_dropout=dropout,
@@ -109,8 +114,6 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
 
 
 def _optimizer_impl(spec: JobSpec) -> str:
-    from gpuplan.estimate.frameworks import FRAMEWORKS
-
     if spec.optimizer_impl != "auto":
         return spec.optimizer_impl
     if spec.optimizer in ("adamw-8bit", "adafactor"):
@@ -119,10 +122,20 @@ def _optimizer_impl(spec: JobSpec) -> str:
 
 
 def explicit_strategy(
-    spec: JobSpec, count: int, shape: Shape, micro_batch: int | None = None
+    spec: JobSpec,
+    count: int,
+    shape: Shape,
+    micro_batch: int | None = None,
+    *,
+    gpus_per_node: int = 8,
 ) -> Strategy:
-    """The strategy the spec names, on ``count`` GPUs."""
+    """The strategy the spec names, on ``count`` GPUs.
+
+    ``hsdp`` shards over the data-parallel ranks of one node (``gpus_per_node / (tp x pp)``)
+    and replicates across nodes.
+    """
     par = spec.parallelism if isinstance(spec.parallelism, ParallelismSpec) else ParallelismSpec()
+    check_sharding(spec.framework, par.sharding)
     if count % (par.tp * par.pp):
         raise SpecError(
             f"parallelism: tp x pp = {par.tp * par.pp} does not divide the GPU count {count}"
@@ -137,7 +150,14 @@ def explicit_strategy(
     mb = micro_batch or spec.micro_batch_size
     ga = grad_accum_for(spec.global_batch_size, mb, dp)
     if ga is None:
-        ga = math.ceil((spec.global_batch_size or mb) / (mb * dp))
+        assert spec.global_batch_size is not None
+        unit = mb * dp
+        raise SpecError(
+            f"global_batch_size: {spec.global_batch_size} does not divide over {dp} data-parallel "
+            f"ranks x micro_batch_size {mb} (multiples of {unit}) on {count} GPUs; nearest valid: "
+            + ", ".join(map(str, nearest_multiples(spec.global_batch_size, unit))),
+            hint="--set global_batch_size=N, or another micro_batch_size or GPU count",
+        )
     return Strategy(
         sharding=par.sharding,
         tp=par.tp,
@@ -148,6 +168,7 @@ def explicit_strategy(
         grad_accum=ga,
         activation_checkpointing=spec.activation_checkpointing,
         offload=spec.offload,
+        shard_ranks=max(1, gpus_per_node // (par.tp * par.pp)) if par.sharding == "hsdp" else 0,
     )
 
 
@@ -156,14 +177,20 @@ def candidate_strategies(
 ) -> list[Strategy]:
     """Strategies to consider: the spec's own if explicit, else every layout for ``count``."""
     if isinstance(spec.parallelism, ParallelismSpec):
-        return [explicit_strategy(spec, count, shape)]
+        return [explicit_strategy(spec, count, shape, gpus_per_node=gpus_per_node)]
     heads = shape.heads if shape.family != "cnn" else 1
     layers = shape.layers if shape.family != "cnn" else 1
+    kv_heads = shape.kv_heads if shape.family != "cnn" else 1
+    supported = FRAMEWORKS[spec.framework].shardings
     out = []
+    layouts: set[int] = set()
     for sharding, tp, pp, dp in candidate_layouts(
-        count, heads=heads, layers=layers, gpus_per_node=gpus_per_node
+        count, heads=heads, kv_heads=kv_heads, layers=layers, gpus_per_node=gpus_per_node
     ):
+        if sharding not in supported:
+            continue
         ga = grad_accum_for(spec.global_batch_size, spec.micro_batch_size, dp)
+        layouts.add(dp)
         if ga is None:
             continue
         out.append(
@@ -179,9 +206,17 @@ def candidate_strategies(
             )
         )
     if not out:
+        assert spec.global_batch_size is not None
+        gb = spec.global_batch_size
+        near = sorted(
+            {m for st in layouts for m in nearest_multiples(gb, spec.micro_batch_size * st)},
+            key=lambda m: (abs(m - gb), m),
+        )[:4]
         raise SpecError(
-            f"global_batch_size: {spec.global_batch_size} is not divisible by micro_batch_size x data-parallel "
-            f"ranks for any layout of {count} GPUs"
+            f"global_batch_size: {gb} is not divisible by micro_batch_size x data-parallel "
+            f"ranks for any layout of {count} GPUs; nearest valid: "
+            + ", ".join(map(str, sorted(near))),
+            hint="--set global_batch_size=N, or another micro_batch_size or GPU count",
         )
     return out
 
@@ -195,6 +230,28 @@ class FitResult:
     strategy: Strategy
     memory: MemoryEstimate
     max_micro_batch: int
+    job_class: str = bnd.POOLED
+    """The job class whose leave-one-source-out residuals size the bounds."""
+
+    @property
+    def memory_bounds(self) -> bnd.ClassBounds:
+        """The calibrated 80% bounds of this job class's memory."""
+        return bnd.bounds_for("memory", self.job_class)
+
+    def bounds(self) -> dict[str, list[float]]:
+        """80% intervals ``[lo, hi]`` of the three memory totals, bytes."""
+        m, b = self.memory, self.memory_bounds
+        return {
+            "peak_allocated_bytes": b.around(m.peak_allocated_bytes),
+            "peak_reserved_bytes": b.around(m.peak_reserved_bytes),
+            "device_used_bytes": b.around(m.device_used_bytes),
+        }
+
+    @property
+    def verdict(self) -> bnd.Verdict:
+        """``fits`` (the upper bound fits), ``tight`` (only the estimate fits) or ``no``."""
+        m = self.memory
+        return bnd.verdict(m.fits, self.bounds()["device_used_bytes"][1], m.capacity_bytes)
 
     def as_contract(self) -> dict[str, object]:
         """The ``memory`` object of ``gpuplan estimate --json``."""
@@ -214,6 +271,11 @@ class FitResult:
             "activation_items_per_token": {i.name: i.bytes_per_token for i in m.activation_items},
             "assumptions": list(m.assumptions),
             "basis": m.basis,
+            "bounds": {k: [round(lo), round(hi)] for k, (lo, hi) in self.bounds().items()},
+            "verdict": self.verdict,
+            "job_class": self.job_class,
+            "bounds_basis": self.memory_bounds.describe(),
+            "capacity_basis": m.capacity_basis,
         }
 
 
@@ -226,9 +288,16 @@ def _estimate(
     margin: float,
     image_size: int | None,
 ) -> MemoryEstimate:
-    return estimate_memory(
-        shape, job, st, gpu, capacity_bytes=capacity, safety_margin=margin, image_size=image_size
+    mem = estimate_memory(
+        shape,
+        job,
+        st if st.vp == 1 else dataclasses.replace(st, vp=1),
+        gpu,
+        capacity_bytes=capacity,
+        safety_margin=margin,
+        image_size=image_size,
     )
+    return with_interleaving(mem, st)
 
 
 def max_micro_batch(
@@ -304,4 +373,18 @@ def fit(
     mmb = max_micro_batch(
         shape, job, st, gpu, capacity=capacity, margin=margin, image_size=spec.image_size
     )
-    return FitResult(gpu=gpu, count=count, strategy=st, memory=est, max_micro_batch=mmb)
+    return FitResult(
+        gpu=gpu,
+        count=count,
+        strategy=st,
+        memory=est,
+        max_micro_batch=mmb,
+        job_class=strategy_class(spec, st, count, gpus_per_node),
+    )
+
+
+def strategy_class(spec: JobSpec, st: Strategy, count: int, gpus_per_node: int) -> str:
+    """The bounds' job class of ``spec`` run with ``st`` on ``count`` GPUs."""
+    return bnd.job_class(
+        method=spec.method, count=count, tp=st.tp, pp=st.pp, gpus_per_node=gpus_per_node
+    )

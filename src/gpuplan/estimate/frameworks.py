@@ -25,6 +25,26 @@ unsharded until the last micro-batch. Its QLoRA (Fabric's ``BitsandbytesPrecisio
 2023) swaps every ``nn.Linear`` built under ``init_module`` for the 4-bit class, the LM
 head included (Fabric later added ``ignore_modules`` to keep it, for example ``{"lm_head"}``);
 transformers and torchtune keep the head in 16 bits.
+
+The engines (what a framework keeps per parameter under each sharding value is in
+:mod:`gpuplan.estimate.sharding`):
+
+* ``deepspeed``: DeepSpeed's engine around Hugging Face model code (the HF Trainer or
+  accelerate with a DeepSpeed config), so the activation facts are ``hf``'s. With
+  ``bf16``/``fp16`` enabled the engine casts the module to 16 bits
+  (``deepspeed/runtime/engine.py``, ``DeepSpeedEngine._configure_distributed_model``): no
+  autocast, and PEFT adapters end up in 16 bits too.
+* ``megatron``: Megatron-LM / NeMo / Megatron-Bridge with Transformer Engine. TE's fused
+  ``LayerNormLinear``/RMSNorm keep the 16-bit input and the fp32 rstd only, the fused SwiGLU
+  (``megatron/core/fusions/fused_bias_swiglu.py``) keeps its input, attention reads grouped
+  K/V without repeating them, and ``vocab_parallel_cross_entropy``
+  (``megatron/core/tensor_parallel/cross_entropy.py``) upcasts the logits to fp32 and keeps
+  the fp32 softmax for backward (the 16-bit logits are not kept). Its optimizers are fused
+  (TE/Apex ``FusedAdam``).
+* ``torchtitan``: its own Llama code; ``cross_entropy_loss``
+  (``torchtitan/components/loss.py``) upcasts the whole logits tensor (``pred.float()``) and
+  the trainer deletes the 16-bit ``pred`` before backward; ``optimizer.implementation``
+  defaults to ``fused``.
 """
 
 from __future__ import annotations
@@ -48,12 +68,31 @@ class Framework:
     """Gradient accumulation under no_sync keeps FSDP gradients unsharded."""
     upcast_unchunked_logits: bool = False
     """Without loss chunks the model returns fp32 logits (the 16-bit ones are freed)."""
+    upcast_in_loss: bool = False
+    """The loss function upcasts the logits and the caller frees the 16-bit ones before
+    backward: only the fp32 copy is kept, unless the loss is compiled, when the min-cut
+    partitioner saves the smaller 16-bit input instead (torchtitan)."""
     qlora_quantizes_head: bool = False
     """QLoRA quantizes the LM head too (its dequantized copy is then the largest transient)."""
+    engine: str = "pytorch"
+    """Whose sharding semantics apply: pytorch (DDP/FSDP/ZeroRedundancyOptimizer under
+    autocast), deepspeed, megatron or torchtitan (see :mod:`gpuplan.estimate.sharding`)."""
+    fp32_adapters: bool = False
+    """PEFT keeps LoRA adapters in fp32 (``autocast_adapter_dtype=True``, its default)."""
+    fused_kernels: bool = False
+    """Transformer Engine kernels: fused norms keep the 16-bit input, no repeated K/V."""
+    shardings: tuple[str, ...] = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
+    """Sharding values this engine implements."""
 
 
 FRAMEWORKS: dict[str, Framework] = {
-    "hf": Framework(name="hf", python_gelu=True, loss_chunks=1, default_optimizer_impl="foreach"),
+    "hf": Framework(
+        name="hf",
+        python_gelu=True,
+        loss_chunks=1,
+        default_optimizer_impl="foreach",
+        fp32_adapters=True,
+    ),
     "litgpt": Framework(
         name="litgpt",
         python_gelu=False,
@@ -69,5 +108,30 @@ FRAMEWORKS: dict[str, Framework] = {
         loss_chunks=8,
         default_optimizer_impl="foreach",
         upcast_unchunked_logits=True,
+    ),
+    "deepspeed": Framework(
+        name="deepspeed",
+        python_gelu=True,
+        loss_chunks=1,
+        default_optimizer_impl="fused",
+        engine="deepspeed",
+    ),
+    "megatron": Framework(
+        name="megatron",
+        python_gelu=False,
+        loss_chunks=1,
+        default_optimizer_impl="fused",
+        upcast_unchunked_logits=True,
+        engine="megatron",
+        fused_kernels=True,
+    ),
+    "torchtitan": Framework(
+        name="torchtitan",
+        python_gelu=False,
+        loss_chunks=1,
+        default_optimizer_impl="fused",
+        upcast_in_loss=True,
+        engine="torchtitan",
+        shardings=("none", "zero2", "zero3", "fsdp", "hsdp"),
     ),
 }

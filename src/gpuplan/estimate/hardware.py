@@ -30,6 +30,25 @@ def resolve_hardware(
     nodes: int | None,
 ) -> tuple[GpuSpec, int, Topology]:
     """(GpuSpec, GPU count, Topology) from either --gpu/--count or --offering/--nodes."""
+    given = {
+        "--gpu": gpu,
+        "--count": count,
+        "--gpus-per-node": gpus_per_node,
+        "--intra-node": intra_node,
+        "--inter-node-gbps": inter_node_gbps,
+        "--fabric": fabric,
+    }
+    clashing = [flag for flag, value in given.items() if value is not None]
+    if offering is not None and clashing:
+        raise SpecError(
+            f"{clashing[0]} and --offering conflict: the offering sets the GPU, node size and "
+            "network; give one or the other",
+            hint="--offering PROVIDER:INSTANCE --nodes N, or --gpu ID --count N",
+        )
+    if offering is None and nodes is not None:
+        raise SpecError("--nodes: only with --offering (give --count for a GPU count)")
+    if inter_node_gbps is not None and inter_node_gbps <= 0:
+        raise SpecError(f"--inter-node-gbps: must be > 0, got {inter_node_gbps:g}")
     if fabric is not None and fabric.lower() not in _FABRICS:
         raise SpecError(f"--fabric: unknown {fabric!r}; allowed: ib, roce, efa, ethernet")
     fab = _FABRICS[fabric.lower()] if fabric else None

@@ -13,13 +13,18 @@ The step is modelled in two phases, and the peak is the larger:
 
 Peak = params + optimizer state + max(gradients + optimizer intermediates,
 activations), as the PyTorch memory-visualisation guide observes
-(huggingface/blog#2560). Sharding divides what ZeRO/FSDP shard; tensor
-parallelism (with sequence parallelism) divides weights and activations;
-the first pipeline stage keeps ``min(pp, micro-batches)`` micro-batches in
-flight (1F1B). Totals are reported three ways, as measurements are:
-``peak_allocated_bytes`` (``torch.cuda.max_memory_allocated``),
-``peak_reserved_bytes`` (caching allocator) and ``device_used_bytes``
-(nvidia-smi: reserved + CUDA context + NCCL buffers).
+(huggingface/blog#2560). What each engine keeps per parameter under each
+sharding value is :mod:`gpuplan.estimate.sharding`; tensor parallelism (with
+sequence parallelism) divides weights and activations; the first pipeline
+stage keeps ``min(pp, micro-batches)`` micro-batches in flight (1F1B). Totals
+are reported three ways, as measurements are: ``peak_allocated_bytes``
+(``torch.cuda.max_memory_allocated``), ``peak_reserved_bytes`` (caching
+allocator) and ``device_used_bytes`` (nvidia-smi: reserved + CUDA context +
+NCCL buffers).
+
+The estimate is computed in named steps over typed fields (:func:`weight_bytes`,
+:func:`training_state_bytes`, :func:`activation_bytes`, :func:`runtime_bytes`);
+the ``details`` labels are for display only and never feed a sum.
 """
 
 from __future__ import annotations
@@ -41,17 +46,23 @@ from gpuplan.estimate.activations import (
 )
 from gpuplan.estimate.frameworks import FRAMEWORKS
 from gpuplan.estimate.lora import adapter_params_per_layer
+from gpuplan.estimate.margin import DEFAULT_SAFETY_MARGIN
 from gpuplan.estimate.numerics import (
     NF4_BYTES,
     NF4_BYTES_DQ,
     PRECISIONS,
+    PrecisionBytes,
     optimizer_state_bytes,
     optimizer_temp_bytes,
 )
 from gpuplan.estimate.shape import Shape
+from gpuplan.estimate.sharding import StateLayout, state_layout
 from gpuplan.estimate.strategy import Strategy
 
-DEFAULT_SAFETY_MARGIN = 0.05
+__all__ = ["DEFAULT_SAFETY_MARGIN", "MemoryEstimate", "MemoryJob", "estimate_memory"]
+
+
+Lines = tuple[tuple[str, float], ...]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +73,12 @@ class MemoryJob:
     precision: str
     optimizer: str
     seq_len: int
+    """Tokens per sample that memory is sized for (the longest sample)."""
+    mean_seq_len: float | None = None
+    """Mean tokens per sample of unpadded data (time is sized by it); with ``packing`` the
+    mean document length (attention is sized by it)."""
+    packing: bool = False
+    """Samples packed into full rows of ``seq_len`` tokens."""
     lora_roles: frozenset[str] = frozenset()
     lora_rank: int = 0
     lora_dropout: float = 0.0
@@ -98,20 +115,336 @@ class MemoryEstimate:
     activation_items: tuple[Item, ...]
     assumptions: tuple[str, ...]
     basis: str = "analytic"
+    capacity_basis: str = "device-reported"
+    """``device-reported`` (nvidia-smi memory.total), ``datasheet`` or ``given``."""
 
 
-def _stage_params(shape: Shape, st: Strategy) -> tuple[float, float, float]:
-    """(layer params, non-layer params, layers) held by the worst pipeline stage, per TP rank."""
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StageParams:
+    """Parameters one rank holds: the worst pipeline stage, per tensor-parallel rank."""
+
+    layer: float
+    other: float
+    layers: int
+
+    @property
+    def total(self) -> float:
+        """All parameters of the stage on this rank."""
+        return self.layer + self.other
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Trained:
+    """What gets gradients, and in which dtypes."""
+
+    params: float
+    """Trainable parameter elements on this rank (the stage, or its LoRA adapters)."""
+    trainable: Trainable
+    grad_bytes: float
+    state_bytes: int
+    master_bytes: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WeightBytes:
+    """Parameter memory: kept, live through forward/backward only, and gathered."""
+
+    stored: float
+    """Parameters kept through the whole step (sharded where the engine shards them)."""
+    compute_copies: float
+    """Low-precision copies and dequantised layers, live through forward/backward only."""
+    gathered: float
+    """Unsharded layers in flight (ZeRO-3 / FSDP all-gathers)."""
+    lines: Lines
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingStateBytes:
+    """Gradients, optimizer state and the optimizer step's temporaries."""
+
+    gradients: float
+    """Gradient storage, including engine copies and reduction buckets."""
+    optimizer_state: float
+    """Moments and master weights."""
+    step_temporaries: float
+    """Live only during the optimizer step."""
+    lines: Lines
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ActivationBytes:
+    """Activations saved for backward and the loss gradients at the start of backward."""
+
+    saved: float
+    transient: float
+    items: tuple[Item, ...]
+
+    @property
+    def total(self) -> float:
+        """Activation bytes at the start of backward."""
+        return self.saved + self.transient
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeBytes:
+    """Memory outside the model's tensors."""
+
+    cublas: float
+    reserve: float
+    context: float
+    nccl: float
+
+
+def stage_params(shape: Shape, st: Strategy) -> StageParams:
+    """The parameters the worst pipeline stage holds, per TP rank."""
     layers = math.ceil(shape.layers / st.pp)
     head = 0 if shape.tied_embeddings else shape.params_head
     if st.pp == 1:
         other = shape.params_embedding + head + shape.params_final_norm
     else:
         other = max(shape.params_embedding, head + shape.params_final_norm)
-    return layers * shape.params_per_layer / st.tp, other / st.tp, layers
+    return StageParams(
+        layer=layers * shape.params_per_layer / st.tp, other=other / st.tp, layers=layers
+    )
 
 
-def _activations(
+def layout_for(job: MemoryJob, st: Strategy) -> StateLayout:
+    """The engine's per-parameter state layout for this job and strategy."""
+    return state_layout(
+        job.framework,
+        st.sharding,
+        PRECISIONS[job.precision],
+        ranks=st.shard_degree,
+        dp=st.dp,
+    )
+
+
+def _engine_16bit(lay: StateLayout) -> bool:
+    return lay.engine in ("deepspeed", "megatron") and lay.param_bytes == 2
+
+
+def trained(
+    shape: Shape, job: MemoryJob, st: Strategy, stage: StageParams, lay: StateLayout
+) -> Trained:
+    """Trainable elements and their gradient / optimizer dtypes."""
+    if job.method == "full":
+        return Trained(
+            params=stage.total,
+            trainable=Trainable(full=True),
+            grad_bytes=lay.grad_bytes,
+            state_bytes=lay.state_bytes,
+            master_bytes=lay.master_bytes,
+        )
+    adapters = adapter_params_per_layer(shape, job.lora_roles, job.lora_rank) * stage.layers / st.tp
+    if _engine_16bit(lay):
+        # the engine casts the module (adapters included) to 16 bits; fp32 master in the optimizer
+        adapter_b = 2
+        grad_b, state_b, master_b = lay.grad_bytes, lay.state_bytes, lay.master_bytes
+    else:
+        # PEFT (framework hf) upcasts adapters to fp32 (autocast_adapter_dtype=True, the
+        # default); litgpt and torchtune keep them in the model dtype
+        adapter_b = (
+            4
+            if FRAMEWORKS[job.framework].fp32_adapters
+            or job.precision.endswith("-mixed")
+            or job.precision in ("fp32", "tf32")
+            else 2
+        )
+        grad_b = state_b = adapter_b
+        master_b = 0
+    return Trained(
+        params=adapters,
+        trainable=Trainable(
+            full=False,
+            lora_roles=job.lora_roles,
+            lora_rank=job.lora_rank,
+            lora_dropout=job.lora_dropout,
+            quantized_base=job.method == "qlora",
+            adapter_bytes=adapter_b,
+        ),
+        grad_bytes=grad_b,
+        state_bytes=state_b,
+        master_bytes=master_b,
+    )
+
+
+def _gathered_layer_bytes(
+    shape: Shape, job: MemoryJob, pb: PrecisionBytes, lay: StateLayout
+) -> float:
+    """Bytes of one unsharded layer, in the dtype it is gathered in."""
+    if job.method == "qlora":
+        nf4 = NF4_BYTES_DQ if job.double_quant else NF4_BYTES
+        linear = shape.params_linear_per_layer
+        return linear * nf4 + (shape.params_per_layer - linear) * 2
+    if job.method == "lora":
+        return shape.params_per_layer * (4 if job.precision in ("fp32", "tf32") else 2)
+    return shape.params_per_layer * lay.gather_bytes
+
+
+def weight_bytes(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    stage: StageParams,
+    lay: StateLayout,
+    tr: Trained,
+    assumptions: list[str],
+) -> WeightBytes:
+    """Step 1: parameters, autocast copies, dequantised layers and gathered layers."""
+    pb = PRECISIONS[job.precision]
+    lines: list[tuple[str, float]] = []
+    stored = compute = gathered = 0.0
+    offload_params = st.offload == "optimizer+params"
+    offloaded = 2 * shape.params_per_layer / st.tp * pb.param
+    if job.method == "full":
+        stored = offloaded if offload_params else stage.total * lay.param_bytes / lay.param_ranks
+        lines.append(("weights: parameters", stored))
+        if lay.unsharded_compute_params:
+            compute = stage.total * lay.gather_bytes
+            lines.append(
+                ("weights: bf16 parameters kept gathered from forward to backward", compute)
+            )
+        elif lay.compute_copy_bytes:
+            sharded = lay.param_ranks > 1
+            copies = (2 * shape.params_per_layer / st.tp) if sharded else stage.total
+            compute = copies * lay.compute_copy_bytes
+            lines.append(("weights: low-precision compute copies", compute))
+    else:
+        base_b = 4 if job.precision in ("fp32", "tf32") else 2
+        if job.method == "qlora":
+            nf4 = NF4_BYTES_DQ if job.double_quant else NF4_BYTES
+            linear_p = shape.params_linear_per_layer * stage.layers / st.tp
+            largest = max(lin.params for lin in shape.linears)
+            head_q = (
+                FRAMEWORKS[job.framework].qlora_quantizes_head
+                and shape.family == "decoder"
+                and not shape.tied_embeddings
+                and st.pp == 1
+            )
+            if head_q:
+                linear_p += shape.params_head / st.tp
+                largest = max(largest, shape.params_head)
+            nf4_b = linear_p * nf4 / lay.param_ranks
+            rest_b = (stage.total - linear_p) * 2 / lay.param_ranks
+            deq = 2 * largest / st.tp
+            lines += [
+                ("weights: NF4 base linears" + (" and LM head" if head_q else ""), nf4_b),
+                ("weights: 16-bit embeddings, norms" + ("" if head_q else ", head"), rest_b),
+                ("weights: dequantized layer (transient)", deq),
+            ]
+            stored, compute = nf4_b + rest_b, deq
+            assumptions.append(
+                f"QLoRA NF4 base weights, {'double' if job.double_quant else 'single'} "
+                "quantization of absmax (QLoRA paper)"
+            )
+        else:
+            stored = offloaded if offload_params else stage.total * base_b / lay.param_ranks
+            lines.append(("weights: frozen base", stored))
+        adapters = tr.params * tr.trainable.adapter_bytes
+        lines.append(("weights: LoRA adapters", adapters))
+        stored += adapters
+        assumptions.append(
+            f"LoRA r={job.lora_rank} on {sorted(job.lora_roles)}; adapters in "
+            f"{'fp32' if tr.trainable.adapter_bytes == 4 else '16-bit'}"
+        )
+    if lay.gathered_layers and not lay.unsharded_compute_params:
+        per_elem = _gathered_layer_bytes(shape, job, pb, lay) / shape.params_per_layer
+        elems = min(
+            lay.gathered_layers * shape.params_per_layer + lay.gathered_extra_elements,
+            lay.gathered_cap_elements,
+        )
+        gathered = elems * per_elem / st.tp
+        lines.append(("weights: unsharded layers in flight (all-gather)", gathered))
+    return WeightBytes(stored=stored, compute_copies=compute, gathered=gathered, lines=tuple(lines))
+
+
+def _adafactor_state(shape: Shape, stage: StageParams, st: Strategy) -> float:
+    """Factored second moments of the matrices plus full vectors, fp32 (Shazeer & Stern 2018)."""
+    rows_cols = sum(lin.count * (lin.in_features + lin.out_features) for lin in shape.linears)
+    factored = stage.layers * rows_cols / st.tp + (shape.vocab + shape.hidden)
+    vectors = (
+        stage.total
+        - stage.layers * shape.params_linear_per_layer / st.tp
+        - shape.vocab * shape.hidden / st.tp
+    )
+    return (factored + max(vectors, 0)) * 4
+
+
+def training_state_bytes(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    stage: StageParams,
+    lay: StateLayout,
+    tr: Trained,
+    assumptions: list[str],
+) -> TrainingStateBytes:
+    """Step 2: gradients, optimizer state and step temporaries."""
+    fw = FRAMEWORKS[job.framework]
+    lines: list[tuple[str, float]] = []
+    grads = tr.params * tr.grad_bytes / lay.grad_ranks
+    lines.append(("gradients", grads))
+    total_grads = grads
+    if lay.param_ranks > 1 and job.method != "full" and fw.fsdp_mixed_units:
+        unsharded = fw.fsdp_unsharded_accumulation and st.grad_accum > 1
+        extra = stage.total * tr.grad_bytes / (1 if unsharded else lay.param_ranks) - grads
+        lines.append(("gradients: FSDP units mixing frozen and LoRA params", extra))
+        total_grads += extra
+        assumptions.append(
+            f"{job.framework}: FSDP units mix frozen and LoRA parameters, so gradients are allocated "
+            "for all of them" + (", unsharded while accumulating (no_sync)" if unsharded else "")
+        )
+    if lay.ddp_bucket_copy and job.method == "full":
+        copy = tr.params * tr.grad_bytes
+        lines.append(("gradients: DDP bucket copies", copy))
+        total_grads += copy
+        assumptions.append(
+            "DDP with gradient_as_bucket_view=False (the default) keeps a bucket copy of the grads"
+        )
+    if lay.grad_partition_copy_bytes:
+        copy = tr.params * lay.grad_partition_copy_bytes / lay.optimizer_ranks
+        lines.append(("gradients: DeepSpeed contiguous copy of the own partition", copy))
+        total_grads += copy
+    if lay.bucket_bytes:
+        lines.append(("gradients: reduction buckets", lay.bucket_bytes))
+        total_grads += lay.bucket_bytes
+
+    if job.optimizer == "adafactor" and job.method == "full":
+        opt_state = _adafactor_state(shape, stage, st)
+    else:
+        opt_state = tr.params * optimizer_state_bytes(job.optimizer, tr.state_bytes)
+    opt_state += tr.params * tr.master_bytes
+    opt_tmp = tr.params * optimizer_temp_bytes(job.optimizer, tr.state_bytes)
+    if job.optimizer_impl == "fused":
+        opt_tmp = 0.0
+    elif job.optimizer_impl == "for-loop":  # one parameter tensor at a time: the largest one
+        largest = max(
+            [lin.in_features * lin.out_features for lin in shape.linears]
+            + [shape.vocab * shape.hidden]
+        )
+        opt_tmp = min(opt_tmp, largest / st.tp * tr.state_bytes) if opt_tmp else 0.0
+    step_grad = 0.0
+    if lay.step_grad_bytes:
+        step_grad = min(tr.params / lay.optimizer_ranks, lay.step_grad_cap_elements)
+        step_grad *= lay.step_grad_bytes
+    if st.offload != "none":
+        assumptions.append("optimizer state and step on the CPU (offload)")
+        opt_state = opt_tmp = step_grad = 0.0
+    opt_state /= lay.optimizer_ranks
+    opt_tmp /= lay.optimizer_ranks
+    lines.append(("optimizer: state", opt_state))
+    lines.append(("optimizer: step temporaries", opt_tmp))
+    if step_grad:
+        lines.append(("optimizer: fp32 gradient partition (step)", step_grad))
+    return TrainingStateBytes(
+        gradients=total_grads,
+        optimizer_state=opt_state,
+        step_temporaries=opt_tmp + step_grad,
+        lines=tuple(lines),
+    )
+
+
+def _transformer_activations(
     shape: Shape, job: MemoryJob, st: Strategy, tr: Trainable, act_bytes: int, autocast: bool
 ) -> tuple[float, float, list[Item]]:
     """(saved activation bytes, backward transient bytes, per-layer items) on the worst stage."""
@@ -122,8 +455,10 @@ def _activations(
         autocast=autocast,
         python_gelu=fw.python_gelu,
         compiled=job.compiled,
+        fused_kernels=fw.fused_kernels,
         loss_chunks=chunks,
-        logits_upcast_in_model=chunks == 1 and fw.upcast_unchunked_logits,
+        logits_upcast_in_model=chunks == 1
+        and (fw.upcast_unchunked_logits or (fw.upcast_in_loss and not job.compiled)),
     )
     seq = shape.fixed_tokens or job.seq_len
     tokens = st.micro_batch_size * seq
@@ -174,6 +509,48 @@ def _cnn_activations(shape: Shape, st: Strategy, act_bytes: int, image_size: int
     return per_sample * st.micro_batch_size
 
 
+def activation_bytes(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    lay: StateLayout,
+    tr: Trained,
+    image_size: int | None,
+    assumptions: list[str],
+) -> ActivationBytes:
+    """Step 3: activations saved for backward and the loss gradients."""
+    pb = PRECISIONS[job.precision]
+    if shape.family == "cnn":
+        saved = _cnn_activations(shape, st, pb.act, image_size)
+        return ActivationBytes(saved=saved, transient=0.0, items=())
+    saved, transient, items = _transformer_activations(
+        shape, job, st, tr.trainable, pb.act, pb.autocast and lay.autocast
+    )
+    if job.fused_attention:
+        assumptions.append("fused attention (flash / memory-efficient SDPA): no s^2 buffers")
+    else:
+        assumptions.append(
+            "eager attention: softmax probabilities (s^2 per head) kept for backward"
+        )
+    return ActivationBytes(saved=saved, transient=transient, items=tuple(items))
+
+
+def runtime_bytes(
+    job: MemoryJob, st: Strategy, gpu: GpuSpec | None, allocated_model: float
+) -> RuntimeBytes:
+    """Step 4: cuBLAS workspaces, allocator reserve, CUDA context, NCCL buffers."""
+    cublas = ovh.cublas_workspace_bytes(gpu)
+    comms = sum(1 for deg in (st.dp, st.tp, st.pp) if deg > 1)
+    return RuntimeBytes(
+        cublas=cublas,
+        reserve=ovh.allocator_reserve_bytes(allocated_model + cublas),
+        context=(
+            job.cuda_context_bytes if job.cuda_context_bytes is not None else ovh.CUDA_CONTEXT_BYTES
+        ),
+        nccl=ovh.nccl_bytes(comms),
+    )
+
+
 def estimate_memory(
     shape: Shape,
     job: MemoryJob,
@@ -184,215 +561,67 @@ def estimate_memory(
     safety_margin: float = DEFAULT_SAFETY_MARGIN,
     image_size: int | None = None,
 ) -> MemoryEstimate:
-    """Estimate per-GPU memory of one training step of ``shape`` under ``st``."""
-    pb = PRECISIONS[job.precision]
+    """Estimate per-GPU memory of one training step of ``shape`` under ``st``.
+
+    ``capacity_bytes`` defaults to what the device reports (``memory.total``) where the
+    catalog has it, else the datasheet figure; ``device_used_bytes`` is compared with it.
+    """
     assumptions: list[str] = []
-    layer_p, other_p, layers = _stage_params(shape, st)
-    stage_p = layer_p + other_p
-    zero3 = st.sharding in ("zero3", "fsdp") and st.dp > 1
-    shard_p = st.dp if zero3 else 1
-    shard_g = st.dp if st.sharding in ("zero2", "zero3", "fsdp") and st.dp > 1 else 1
-    shard_o = st.dp if st.sharding != "none" and st.dp > 1 else 1
-    d: dict[str, float] = {}
+    stage = stage_params(shape, st)
+    lay = layout_for(job, st)
+    tr = trained(shape, job, st, stage, lay)
+    w = weight_bytes(shape, job, st, stage, lay, tr, assumptions)
+    ts = training_state_bytes(shape, job, st, stage, lay, tr, assumptions)
+    act = activation_bytes(shape, job, st, lay, tr, image_size, assumptions)
 
-    if job.method == "full":
-        trainable = stage_p
-        tr = Trainable(full=True)
-        d["weights: parameters"] = stage_p * pb.param / shard_p
-        if pb.compute_copy:
-            copies = (2 * shape.params_per_layer / st.tp) if zero3 else stage_p
-            d["weights: low-precision compute copies"] = copies * pb.compute_copy
-        state_b, grad_b, master_b = pb.state, pb.grad, pb.master
-    else:
-        adapters = adapter_params_per_layer(shape, job.lora_roles, job.lora_rank) * layers / st.tp
-        trainable = adapters
-        # PEFT (framework hf) upcasts adapters to fp32 (autocast_adapter_dtype=True, the
-        # default); litgpt and torchtune keep them in the model dtype
-        adapter_b = (
-            4
-            if job.framework == "hf"
-            or job.precision.endswith("-mixed")
-            or job.precision in ("fp32", "tf32")
-            else 2
-        )
-        tr = Trainable(
-            full=False,
-            lora_roles=job.lora_roles,
-            lora_rank=job.lora_rank,
-            lora_dropout=job.lora_dropout,
-            quantized_base=job.method == "qlora",
-            adapter_bytes=adapter_b,
-        )
-        base_b = 4 if job.precision in ("fp32", "tf32") else 2
-        if job.method == "qlora":
-            nf4 = NF4_BYTES_DQ if job.double_quant else NF4_BYTES
-            linear_p = shape.params_linear_per_layer * layers / st.tp
-            largest = max(lin.params for lin in shape.linears)
-            head_q = (
-                FRAMEWORKS[job.framework].qlora_quantizes_head
-                and shape.family == "decoder"
-                and not shape.tied_embeddings
-                and st.pp == 1
-            )
-            if head_q:
-                linear_p += shape.params_head / st.tp
-                largest = max(largest, shape.params_head)
-            d["weights: NF4 base linears" + (" and LM head" if head_q else "")] = (
-                linear_p * nf4 / shard_p
-            )
-            d["weights: 16-bit embeddings, norms" + ("" if head_q else ", head")] = (
-                (stage_p - linear_p) * 2 / shard_p
-            )
-            d["weights: dequantized layer (transient)"] = 2 * largest / st.tp
-            assumptions.append(
-                f"QLoRA NF4 base weights, {'double' if job.double_quant else 'single'} "
-                "quantization of absmax (QLoRA paper)"
-            )
-        else:
-            d["weights: frozen base"] = stage_p * base_b / shard_p
-        d["weights: LoRA adapters"] = adapters * adapter_b
-        state_b = grad_b = adapter_b
-        master_b = 0
-        assumptions.append(
-            f"LoRA r={job.lora_rank} on {sorted(job.lora_roles)}; adapters in "
-            f"{'fp32' if adapter_b == 4 else '16-bit'}"
-        )
-
-    # gradients and optimizer state
-    grads = trainable * grad_b / shard_g
-    d["gradients"] = grads
-    fw = FRAMEWORKS[job.framework]
-    if zero3 and job.method != "full" and fw.fsdp_mixed_units:
-        unsharded = fw.fsdp_unsharded_accumulation and st.grad_accum > 1
-        d["gradients: FSDP units mixing frozen and LoRA params"] = (
-            stage_p * grad_b / (1 if unsharded else st.dp) - grads
-        )
-        assumptions.append(
-            f"{job.framework}: FSDP units mix frozen and LoRA parameters, so gradients are allocated "
-            "for all of them" + (", unsharded while accumulating (no_sync)" if unsharded else "")
-        )
-    if st.sharding == "none" and st.dp > 1 and job.method == "full":
-        d["gradients: DDP bucket copies"] = trainable * grad_b
-        assumptions.append(
-            "DDP with gradient_as_bucket_view=False (the default) keeps a bucket copy of the grads"
-        )
-    if job.optimizer == "adafactor" and job.method == "full":
-        rows_cols = sum(lin.count * (lin.in_features + lin.out_features) for lin in shape.linears)
-        factored = layers * rows_cols / st.tp + (shape.vocab + shape.hidden)
-        vectors = (
-            stage_p
-            - layers * shape.params_linear_per_layer / st.tp
-            - shape.vocab * shape.hidden / st.tp
-        )
-        opt_state = (factored + max(vectors, 0)) * 4
-    else:
-        opt_state = trainable * optimizer_state_bytes(job.optimizer, state_b)
-    opt_state += trainable * master_b
-    opt_tmp = trainable * optimizer_temp_bytes(job.optimizer, state_b)
-    if job.optimizer_impl == "fused":
-        opt_tmp = 0.0
-    elif job.optimizer_impl == "for-loop":  # one parameter tensor at a time: the largest one
-        largest = max(
-            [lin.in_features * lin.out_features for lin in shape.linears]
-            + [shape.vocab * shape.hidden]
-        )
-        opt_tmp = min(opt_tmp, largest / st.tp * state_b) if opt_tmp else 0.0
-    if st.offload != "none":
-        assumptions.append("optimizer state and step on the CPU (offload)")
-        opt_state, opt_tmp = 0.0, 0.0
-        if st.offload == "optimizer+params":
-            for key in [
-                k for k in d if k.startswith("weights: parameters") or k == "weights: frozen base"
-            ]:
-                d[key] = 2 * shape.params_per_layer / st.tp * pb.param
-    d["optimizer: state"] = opt_state / shard_o
-    d["optimizer: step temporaries"] = opt_tmp / shard_o
-    if zero3:
-        # two layers gathered at a time (current + prefetched), in the dtype they are stored in
-        if job.method == "qlora":
-            nf4 = NF4_BYTES_DQ if job.double_quant else NF4_BYTES
-            linear = shape.params_linear_per_layer
-            layer_bytes = linear * nf4 + (shape.params_per_layer - linear) * 2
-        elif job.method == "lora":
-            layer_bytes = shape.params_per_layer * (4 if job.precision in ("fp32", "tf32") else 2)
-        else:
-            layer_bytes = shape.params_per_layer * (pb.compute_copy or pb.param)
-        d["weights: unsharded layers in flight (all-gather)"] = 2 * layer_bytes / st.tp
-
-    # activations
-    act_items: list[Item] = []
-    if shape.family == "cnn":
-        saved = _cnn_activations(shape, st, pb.act, image_size)
-        transient = 0.0
-    else:
-        saved, transient, act_items = _activations(shape, job, st, tr, pb.act, pb.autocast)
-    d["activations: saved for backward"] = saved
-    d["activations: loss/logits gradients (start of backward)"] = transient
-    if job.fused_attention:
-        assumptions.append("fused attention (flash / memory-efficient SDPA): no s^2 buffers")
-    else:
-        assumptions.append(
-            "eager attention: softmax probabilities (s^2 per head) kept for backward"
-        )
-
-    weights = sum(v for k, v in d.items() if k.startswith("weights"))
-    copies = d.get("weights: low-precision compute copies", 0.0) + d.get(
-        "weights: dequantized layer (transient)", 0.0
-    )
-    persistent_w = weights - copies
-    grads_all = sum(v for k, v in d.items() if k.startswith("gradients"))
-    acts = saved + transient
     # gradients are there through forward/backward when micro-batches accumulate, or
     # when zero_grad zeroes them in place instead of freeing them
     accumulating = st.grad_accum > 1 or job.grads_kept
-    fwd_bwd = (
-        persistent_w
-        + copies
-        + d["optimizer: state"]
-        + (acts + grads_all if accumulating else max(acts, grads_all))
-    )
-    step = persistent_w + d["optimizer: state"] + grads_all + d["optimizer: step temporaries"]
-    cublas = ovh.cublas_workspace_bytes(gpu)
+    live = act.total + ts.gradients if accumulating else max(act.total, ts.gradients)
+    fwd_bwd = w.stored + w.gathered + w.compute_copies + ts.optimizer_state + live
+    # after backward the gathered layers are resharded: the step sees stored parameters only
+    step = w.stored + ts.optimizer_state + ts.gradients + ts.step_temporaries
     if fwd_bwd >= step:
         phase = "forward/backward"
-        bd_w, bd_g = (
-            persistent_w + copies,
-            (grads_all if accumulating else max(0.0, grads_all - acts)),
-        )
-        bd_o, bd_a = d["optimizer: state"], acts
+        parts = {
+            "weights": w.stored + w.gathered + w.compute_copies,
+            "gradients": ts.gradients if accumulating else max(0.0, ts.gradients - act.total),
+            "optimizer": ts.optimizer_state,
+            "activations": act.total,
+        }
     else:
         phase = "optimizer step"
-        bd_w, bd_g = persistent_w, grads_all
-        bd_o, bd_a = d["optimizer: state"] + d["optimizer: step temporaries"], 0.0
-    allocated = max(fwd_bwd, step) + cublas
-    reserve = ovh.allocator_reserve_bytes(allocated)
-    reserved = allocated + reserve
-    comms = sum(1 for deg in (st.dp, st.tp, st.pp) if deg > 1)
-    nccl = ovh.nccl_bytes(comms)
-    context = (
-        job.cuda_context_bytes if job.cuda_context_bytes is not None else ovh.CUDA_CONTEXT_BYTES
-    )
-    used = reserved + context + nccl
-    d["overhead: cuBLAS workspaces"] = cublas
-    d["overhead: caching-allocator reserve"] = reserve
-    d["overhead: CUDA context"] = context
-    d["overhead: NCCL buffers"] = nccl
-    breakdown = {
-        "weights": bd_w,
-        "gradients": bd_g,
-        "optimizer": bd_o,
-        "activations": bd_a,
-        "overhead": used - (bd_w + bd_g + bd_o + bd_a),
-    }
-    cap = capacity_bytes if capacity_bytes is not None else (gpu.memory_bytes if gpu else math.inf)
+        parts = {
+            "weights": w.stored,
+            "gradients": ts.gradients,
+            "optimizer": ts.optimizer_state + ts.step_temporaries,
+            "activations": 0.0,
+        }
+    rt = runtime_bytes(job, st, gpu, max(fwd_bwd, step))
+    allocated = max(fwd_bwd, step) + rt.cublas
+    reserved = allocated + rt.reserve
+    used = reserved + rt.context + rt.nccl
+    breakdown = {**parts, "overhead": used - sum(parts.values())}
+    details = dict(w.lines + ts.lines)
+    details["activations: saved for backward"] = act.saved
+    details["activations: loss/logits gradients (start of backward)"] = act.transient
+    details["overhead: cuBLAS workspaces"] = rt.cublas
+    details["overhead: caching-allocator reserve"] = rt.reserve
+    details["overhead: CUDA context"] = rt.context
+    details["overhead: NCCL buffers"] = rt.nccl
+    cap, cap_basis = _capacity(gpu, capacity_bytes)
     usable = cap * (1 - safety_margin)
+    assumptions += list(lay.notes)
     assumptions += [
-        f"precision {job.precision}: params {pb.param} B, grads {pb.grad} B, optimizer state {pb.state} B/elem",
+        f"precision {job.precision} under {lay.engine}: params {lay.param_bytes:g} B, grads "
+        f"{tr.grad_bytes:g} B, optimizer state {tr.state_bytes} B/elem"
+        + (f", fp32 master {tr.master_bytes:g} B" if tr.master_bytes else ""),
         f"optimizer {job.optimizer} ({job.optimizer_impl} implementation); framework {job.framework}"
         + (" with torch.compile" if job.compiled else ""),
-        f"CUDA context {context / 2**20:.0f} MiB; allocator reserve "
+        f"CUDA context {rt.context / 2**20:.0f} MiB; allocator reserve "
         f"{ovh.ALLOCATOR_RESERVE_FRACTION:.0%} of allocated (min 256 MiB)",
-        f"fits when device_used <= capacity x (1 - {safety_margin:.0%})",
+        f"fits when device_used <= capacity x (1 - {safety_margin:.0%}); capacity "
+        f"{cap / 2**30:.1f} GiB ({_CAPACITY_BASIS.get(cap_basis, cap_basis)})",
     ]
     return MemoryEstimate(
         peak_allocated_bytes=allocated,
@@ -404,7 +633,23 @@ def estimate_memory(
         headroom_bytes=usable - used,
         peak_phase=phase,
         breakdown=breakdown,
-        details=d,
-        activation_items=tuple(act_items),
+        details=details,
+        activation_items=act.items,
         assumptions=tuple(assumptions),
+        capacity_basis=cap_basis,
     )
+
+
+_CAPACITY_BASIS = {
+    "device-reported": "memory.total as the driver reports it",
+    "datasheet": "datasheet figure: no nvidia-smi capture of this GPU is cited",
+    "given": "as given",
+}
+
+
+def _capacity(gpu: GpuSpec | None, given: float | None) -> tuple[float, str]:
+    if given is not None:
+        return given, "given"
+    if gpu is None:
+        return math.inf, "none"
+    return float(gpu.capacity_bytes), gpu.capacity_basis

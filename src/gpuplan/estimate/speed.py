@@ -99,6 +99,20 @@ def _optimizer_bytes_per_param(optimizer: str, precision: str, full: bool) -> fl
     return 2 * p + g + states + master
 
 
+def time_lengths(shape: Shape, job: MemoryJob) -> tuple[int, int]:
+    """(tokens per sample, tokens each token attends over) that time is sized by.
+
+    Memory is sized by ``job.seq_len``, the longest sample. Unpadded data
+    (``mean_seq_len`` without packing) costs its mean length in both; packed rows are
+    full (``seq_len`` tokens) and attend within each document (``mean_seq_len``).
+    """
+    full = shape.fixed_tokens or job.seq_len
+    if shape.fixed_tokens or job.mean_seq_len is None:
+        return full, full
+    mean = max(1, round(job.mean_seq_len))
+    return (full, mean) if job.packing else (mean, mean)
+
+
 def _work_steps(work: object, global_samples: int, seq: int | None) -> float | None:
     if work is None:
         return None
@@ -141,7 +155,7 @@ def estimate_time(
         trainable_stage = (
             adapter_params_per_layer(shape, job.lora_roles, job.lora_rank) * layers_stage / st.tp
         )
-    opt_params = trainable_stage / (st.dp if st.sharding != "none" and st.dp > 1 else 1)
+    opt_params = trainable_stage / (st.shard_degree if st.sharding != "none" and st.dp > 1 else 1)
     opt_bytes = _optimizer_bytes_per_param(job.optimizer, job.precision, full)
     attn = ""
     cudnn = cudnn_attention(job, gpu)
@@ -153,7 +167,13 @@ def estimate_time(
         f"efficiency ({eff.architecture}): GEMM {eff.gemm:.2f} of dense peak{attn}, "
         f"HBM {eff.hbm:.2f}; {eff.basis}"
     ]
-    seq = shape.fixed_tokens or job.seq_len
+    seq, attn_seq = time_lengths(shape, job)
+    if seq != (shape.fixed_tokens or job.seq_len) or attn_seq != seq:
+        assumptions.append(
+            f"data shape: {seq} tokens per sample for time, attention over {attn_seq} tokens"
+            + (" (packed rows, attention within each document)" if job.packing else "")
+            + f"; memory sized by the longest sample ({job.seq_len} tokens)"
+        )
     if shape.family == "cnn":
         ref = shape.image_size or 224
         scale = ((image_size or ref) / ref) ** 2
@@ -178,12 +198,13 @@ def estimate_time(
             lora_dropout=job.lora_dropout,
             quantized_base=job.method == "qlora",
         )
-        items = list(layer_items_cached(shape, num, tr, seq, job.fused_attention))
+        items = list(layer_items_cached(shape, num, tr, attn_seq, job.fused_attention))
         ct = transformer_step(
             shape,
             gpu,
             st,
             seq=seq,
+            attention_seq=attn_seq,
             dtype=dtype,
             act_bytes=pb.act,
             tr=tr,
@@ -221,13 +242,18 @@ def estimate_time(
     ov = eff_all.overlap
     dp_total = dp_exposed = 0.0
     if st.dp > 1:
-        if st.sharding in ("zero3", "fsdp"):
+        if st.sharding in ("zero3", "fsdp", "hsdp"):
             stage_params = (layers_stage * shape.params_per_layer + shape.params_embedding) / st.tp
             gather_bytes = stage_params * (pb.compute_copy or pb.param if full else 2)
+            shard = st.shard_degree
             per_micro = 2 * comm.collective_time(
-                "all-gather", gather_bytes, st.dp, dp_per_node, intra, inter
-            ) + comm.collective_time("reduce-scatter", grad_bytes, st.dp, dp_per_node, intra, inter)
+                "all-gather", gather_bytes, shard, dp_per_node, intra, inter
+            ) + comm.collective_time("reduce-scatter", grad_bytes, shard, dp_per_node, intra, inter)
             dp_total = m * per_micro
+            if shard < st.dp:  # hsdp: the sharded gradients are all-reduced across the replicas
+                dp_total += comm.collective_time(
+                    "all-reduce", grad_bytes / shard, st.dp // shard, 1, intra, inter
+                )
             dp_exposed = max(dp_total - ov["fsdp"] * compute, (1 - ov["fsdp"]) * dp_total)
         else:
             if st.sharding == "none":

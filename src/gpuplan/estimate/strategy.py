@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp")
+SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,6 +26,14 @@ class Strategy:
     grad_accum: int = 1
     activation_checkpointing: str = "none"
     offload: str = "none"
+    shard_ranks: int = 0
+    """Ranks the sharded state is split over; 0 = every data-parallel rank (``hsdp``: the
+    data-parallel ranks within one node)."""
+
+    @property
+    def shard_degree(self) -> int:
+        """Data-parallel ranks that share one copy of the sharded state."""
+        return min(self.dp, self.shard_ranks) if self.shard_ranks else self.dp
 
     @property
     def gpus(self) -> int:
@@ -80,25 +88,115 @@ def grad_accum_for(global_batch: int | None, micro_batch: int, dp: int) -> int |
     return global_batch // per_rank
 
 
+AUTO_SHARDINGS = tuple(s for s in SHARDINGS if s != "fsdp")
+"""Sharding stages ``parallelism: auto`` tries (``fsdp`` is full sharding like ``zero3``)."""
+
+PIPELINE_SHARDINGS_EXCLUDED = frozenset({"zero2"})
+"""Sharding stages no engine runs under pipeline parallelism: DeepSpeed's ``PipelineEngine``
+asserts ZeRO stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
+deepspeed/runtime/pipe/engine.py) and Megatron's distributed optimizer is stage 1; FSDP with
+pipeline stages (zero3) is what torchtitan runs, so it stays."""
+
+
+def tp_degrees(gpus: int, *, heads: int, kv_heads: int, gpus_per_node: int) -> list[int]:
+    """Tensor-parallel degrees for ``gpus`` GPUs.
+
+    A TP group stays inside one node (``gpus_per_node`` is a multiple of it) and
+    splits whole attention heads and whole key/value groups: Megatron-core divides
+    ``num_attention_heads`` and ``num_query_groups`` by the TP size
+    (megatron/core/transformer/attention.py, ``Attention.__init__``).
+
+    >>> tp_degrees(64, heads=64, kv_heads=8, gpus_per_node=8)
+    [1, 2, 4, 8]
+    >>> tp_degrees(16, heads=232, kv_heads=8, gpus_per_node=8)
+    [1, 2, 4, 8]
+    """
+    return [
+        tp
+        for tp in divisors(gpus)
+        if tp <= gpus_per_node and gpus_per_node % tp == 0 and not heads % tp and not kv_heads % tp
+    ]
+
+
+def pipeline_splits(layers: int, pp: int) -> bool:
+    """Whether ``layers`` split over ``pp`` stages the way Megatron-LM allows.
+
+    Evenly (``layers % pp == 0``), or with the embedding and the loss counted as
+    one layer each on the first and last stage (``--account-for-embedding-in-pipeline-split``
+    and ``--account-for-loss-in-pipeline-split``, megatron/training/arguments.py), so
+    ``(layers + 2) % pp == 0``: Llama-3.1-405B's 126 layers on 8 or 16 stages. The
+    estimators charge the worst stage ``ceil(layers / pp)`` layers.
+
+    >>> [pp for pp in (1, 2, 4, 8, 16) if pipeline_splits(126, pp)]
+    [1, 2, 4, 8, 16]
+    """
+    if pp == 1:
+        return True
+    return pp <= layers and (layers % pp == 0 or (layers + 2) % pp == 0)
+
+
+def vp_degrees(layers: int, pp: int) -> list[int]:
+    """Virtual stages per GPU (interleaved 1F1B) for ``layers`` over ``pp`` stages.
+
+    Interleaving needs pipeline stages and an even split: each of the ``pp x vp``
+    model chunks holds ``layers / (pp x vp)`` whole layers (Megatron-LM asserts
+    ``num_layers_per_pipeline_stage % num_layers_per_virtual_pipeline_stage == 0``).
+
+    >>> vp_degrees(80, 8)
+    [1, 2, 5, 10]
+    >>> vp_degrees(126, 8)
+    [1]
+    """
+    if pp == 1 or layers % pp:
+        return [1]
+    return divisors(layers // pp)
+
+
+def pipeline_micro_batches_ok(grad_accum: int, pp: int, vp: int, *, batch_given: bool) -> bool:
+    """Whether ``grad_accum`` micro-batches per step make a sane pipeline schedule.
+
+    1F1B keeps every stage busy only with at least ``pp`` micro-batches (the bubble
+    is ``(pp - 1) / (vp x m + pp - 1)``); the interleaved schedule runs micro-batches
+    in groups of ``pp`` (Megatron-core ``forward_backward_pipelining_with_interleaving``,
+    ``microbatch_group_size_per_vp_stage`` defaults to ``pp``). Without a global batch
+    in the spec there is no accumulation to choose, so plain 1F1B stays allowed (its
+    bubble is timed as it is).
+    """
+    if pp == 1:
+        return True
+    if not batch_given:
+        return vp == 1
+    if grad_accum < pp:
+        return False
+    return vp == 1 or grad_accum % pp == 0
+
+
 def candidate_layouts(
     gpus: int,
     *,
     heads: int,
     layers: int,
+    kv_heads: int | None = None,
     gpus_per_node: int = 8,
-    shardings: tuple[str, ...] = ("none", "zero1", "zero2", "zero3"),
+    shardings: tuple[str, ...] = AUTO_SHARDINGS,
 ) -> Iterator[tuple[str, int, int, int]]:
-    """(sharding, tp, pp, dp) layouts for ``gpus`` GPUs.
+    """(sharding, tp, pp, dp) layouts for ``gpus`` GPUs, simplest first.
 
-    Tensor parallelism stays inside a node and must divide the attention heads;
-    pipeline stages must divide the layers. Sharding only matters with dp > 1.
+    Tensor parallelism stays inside a node and splits whole heads and key/value
+    groups (:func:`tp_degrees`); pipeline stages split the layers as Megatron-LM
+    allows (:func:`pipeline_splits`). Sharding only matters with dp > 1, and
+    ZeRO-2 does not combine with pipeline stages.
     """
-    for tp in divisors(gpus):
-        if tp > gpus_per_node or heads % tp:
-            continue
+    for tp in tp_degrees(
+        gpus,
+        heads=heads,
+        kv_heads=heads if kv_heads is None else kv_heads,
+        gpus_per_node=max(1, min(gpus_per_node, gpus)),
+    ):
         for pp in divisors(gpus // tp):
-            if layers % pp:
+            if not pipeline_splits(layers, pp):
                 continue
             dp = gpus // (tp * pp)
-            for sharding in shardings if dp > 1 else ("none",):
+            allowed = tuple(s for s in shardings if pp == 1 or s not in PIPELINE_SHARDINGS_EXCLUDED)
+            for sharding in allowed if dp > 1 else ("none",):
                 yield sharding, tp, pp, dp

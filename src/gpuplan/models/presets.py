@@ -119,9 +119,7 @@ def preset_info(name: str) -> PresetInfo:
     """
     info = find_preset(name)
     if info is None:
-        raise UnknownNameError(
-            "model preset", name, (p.id for p in list_presets()), field="model"
-        )
+        raise UnknownNameError("model preset", name, (p.id for p in list_presets()), field="model")
     return info
 
 
@@ -147,14 +145,9 @@ def load_preset(name: str) -> ModelConfig:
 @functools.cache
 def _load_file(path: Path, mtime_ns: int) -> ModelConfig:
     del mtime_ns  # part of the cache key only: an edited file is read again
-    try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(f"model: cannot read {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise SpecError(
-            f"model: {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from exc
+    from gpuplan.userfile import read_json
+
+    data: Any = read_json(path, what="model", error=SpecError)
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     return from_hf_config(data, id=name)
 

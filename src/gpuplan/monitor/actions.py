@@ -211,10 +211,20 @@ class ActionPlan:
         steps = [a.name for a in (self.pre_stop, self.notify, self.main) if a is not None]
         return " -> ".join(steps) if steps else "log only"
 
+    @property
+    def has_hooks(self) -> bool:
+        """Whether anything runs before the main action (pre-stop hook or webhook)."""
+        return self.pre_stop is not None or self.notify is not None
+
     def run(self, ctx: ActionContext, *, execute: bool) -> tuple[ActionResult, ...]:
         """Run every step in order; never raises for an expected failure."""
-        results = []
-        for step in (self.pre_stop, self.notify, self.main):
-            if step is not None:
-                results.append(step.run(ctx, execute=execute))
-        return tuple(results)
+        return self.run_hooks(ctx, execute=execute) + self.run_main(ctx, execute=execute)
+
+    def run_hooks(self, ctx: ActionContext, *, execute: bool) -> tuple[ActionResult, ...]:
+        """Run the pre-stop hook and the webhook (the agent re-checks after them)."""
+        steps = (self.pre_stop, self.notify)
+        return tuple(step.run(ctx, execute=execute) for step in steps if step is not None)
+
+    def run_main(self, ctx: ActionContext, *, execute: bool) -> tuple[ActionResult, ...]:
+        """Run the main action alone (empty when there is none)."""
+        return () if self.main is None else (self.main.run(ctx, execute=execute),)

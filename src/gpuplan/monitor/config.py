@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
+import shutil
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,13 @@ DAEMON_DEFAULTS: dict[str, Any] = {
     "instance-id": None,
     "region": None,
     "aws-endpoint-url": None,
+    "alibaba": None,
+    "tencent": None,
+    "keep-charging": False,
+    "scaling-group": None,
+    "alibaba-endpoint": None,
+    "tencent-endpoint": None,
+    "metadata-url": None,
     "webhook": None,
     "pre-stop": None,
     "pre-stop-timeout": "5m",
@@ -61,17 +71,32 @@ DAEMON_DEFAULTS: dict[str, Any] = {
     "record": None,
     "max-steps": None,
     "log-level": "info",
+    "force": False,
 }
 SAMPLERS = ("smi", "nvml", "prometheus")
 AWS_MODES = ("stop", "terminate", "scale-in")
 
 
+_BARE_NUMBER = re.compile(r"^\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*$")
+MIN_INTERVALS_PER_WINDOW = 3
+
+
 def duration(value: Any, flag: str) -> float:
-    """Seconds from ``90s``/``10m``/``24h``/``7d`` or a bare number of seconds.
+    """Seconds from ``90s``/``10m``/``24h``/``7d``; the unit is required.
+
+    A bare number (``10``, or ``10`` in a config file) is an error: it is
+    never defaulted to seconds.
 
     >>> duration("10m", "--window")
     600.0
     """
+    bare = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if bare or (isinstance(value, str) and _BARE_NUMBER.match(value)):
+        shown = str(value).strip()
+        raise MonitorError(
+            f"{flag}: {shown!r} has no unit; a unit is required, e.g. {shown}s or {shown}m "
+            "(ms, s, m, min, h, d, w)"
+        )
     try:
         return parse_duration_s(value, field=flag)
     except ValueError as exc:
@@ -99,14 +124,21 @@ def number(value: Any, flag: str, *, low: float | None = None, high: float | Non
     return result
 
 
-def integer(value: Any, flag: str, *, low: int | None = None) -> int:
-    """An integer (``>= low``)."""
+def integer(value: Any, flag: str, *, low: int | None = None, high: int | None = None) -> int:
+    """An integer (``>= low`` and ``<= high``)."""
     if isinstance(value, bool) or not str(value).strip().lstrip("-").isdigit():
         raise MonitorError(f"{flag}: expected an integer, got {value!r}")
     result = int(str(value).strip())
     if low is not None and result < low:
         raise MonitorError(f"{flag}: must be >= {low}, got {result}")
+    if high is not None and result > high:
+        raise MonitorError(f"{flag}: must be <= {high}, got {result}")
     return result
+
+
+def port(value: Any, flag: str) -> int:
+    """A TCP port number, 0..65535 (0: any free port)."""
+    return integer(value, flag, low=0, high=65535)
 
 
 def choice(value: Any, flag: str, allowed: tuple[str, ...]) -> str:
@@ -146,16 +178,9 @@ def load_config_file(path: Path) -> dict[str, Any]:
         MonitorError: unreadable or not a mapping.
         UnknownNameError: a key that is not a daemon option (with suggestions).
     """
-    import yaml
+    from gpuplan.userfile import read_yaml
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise MonitorError(f"--config: cannot read {path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise MonitorError(
-            f"--config: {path} is not valid YAML: {' '.join(str(exc).split())}"
-        ) from exc
+    data = read_yaml(path, what="--config", error=MonitorError, mapping=False)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -171,17 +196,63 @@ def load_config_file(path: Path) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdleTiming:
+    """The idle-policy timing options shared by the single-machine and fleet modes.
+
+    Attributes:
+        window_s: ``--window``: continuous idle needed before acting.
+        interval_s: ``--interval``: sampling / polling interval.
+        cooldown_s: ``--cooldown``: no action this soon after the previous one.
+        max_gap_s: ``--max-gap`` (``None`` = 3 x interval).
+    """
+
+    window_s: float
+    interval_s: float
+    cooldown_s: float
+    max_gap_s: float | None
+
+
+def idle_timing(raw: Mapping[str, Any]) -> IdleTiming:
+    """Validate ``--window``, ``--interval``, ``--cooldown`` and ``--max-gap`` (both modes).
+
+    Every value needs a unit; the window must hold at least
+    :data:`MIN_INTERVALS_PER_WINDOW` intervals (a window of one or two samples
+    is one unlucky reading away from a wrong stop) unless ``--force``.
+
+    Raises:
+        MonitorError: naming the flag.
+    """
+    window = duration(raw["window"], "--window")
+    interval = duration(raw["interval"], "--interval")
+    cooldown = duration(raw["cooldown"], "--cooldown")
+    max_gap = raw.get("max-gap")
+    force = boolean(raw.get("force", False), "--force")
+    shortest = MIN_INTERVALS_PER_WINDOW * interval * (1 - 1e-9)  # 150ms = 3 x 50ms exactly
+    if interval > 0 and window < shortest and not force:
+        raise MonitorError(
+            f"--window: {raw['window']} is shorter than {MIN_INTERVALS_PER_WINDOW} x --interval "
+            f"{raw['interval']}, too few samples to call the machine idle",
+            hint=f"use --window {MIN_INTERVALS_PER_WINDOW * interval:g}s or more, or add --force",
+        )
+    return IdleTiming(
+        window_s=window,
+        interval_s=interval,
+        cooldown_s=cooldown,
+        max_gap_s=None if max_gap is None else duration(max_gap, "--max-gap"),
+    )
+
+
 def policy_config(raw: Mapping[str, Any]) -> PolicyConfig:
     """The :class:`PolicyConfig` from raw option values (keys = flag names)."""
     memory = raw.get("memory-threshold-mib")
-    interval = duration(raw["interval"], "--interval")
-    max_gap = raw.get("max-gap")
+    timing = idle_timing(raw)
     return PolicyConfig(
         threshold_pct=number(raw["threshold"], "--threshold", low=0, high=100),
-        window_s=duration(raw["window"], "--window"),
-        interval_s=interval,
+        window_s=timing.window_s,
+        interval_s=timing.interval_s,
         min_uptime_s=duration(raw["min-uptime"], "--min-uptime"),
-        cooldown_s=duration(raw["cooldown"], "--cooldown"),
+        cooldown_s=timing.cooldown_s,
         ignore_processes=boolean(raw.get("ignore-processes", False), "--ignore-processes"),
         memory_threshold_mib=(
             None
@@ -189,8 +260,26 @@ def policy_config(raw: Mapping[str, Any]) -> PolicyConfig:
             else number(memory, "--memory-threshold-mib", low=0)
         ),
         unknown_alert_s=duration(raw.get("unknown-alert", "15m"), "--unknown-alert"),
-        max_gap_s=None if max_gap is None else duration(max_gap, "--max-gap"),
+        max_gap_s=timing.max_gap_s,
     )
+
+
+def check_executable(argv: tuple[str, ...], flag: str) -> None:
+    """Fail at start-up, not at stop time, when ``argv[0]`` cannot be run.
+
+    Raises:
+        MonitorError: the program is not on ``PATH`` or not an executable file.
+    """
+    program = argv[0]
+    if "{instance}" in program:
+        return  # fleet mode: known only per target
+    if os.sep in program:
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            raise MonitorError(f"{flag}: {program!r} is not an executable file")
+    elif shutil.which(program) is None:
+        raise MonitorError(
+            f"{flag}: {program!r} not found on PATH", hint="give the program's full path"
+        )
 
 
 def build_sampler(
@@ -249,13 +338,20 @@ def build_probes(raw: Mapping[str, Any], clock: Clock) -> list[HostProbe]:
 
 
 def build_plan(raw: Mapping[str, Any], *, event: str = "idle-stop") -> ActionPlan:
-    """The action plan from ``--command``/``--aws``, ``--webhook`` and ``--pre-stop``."""
-    main: Any = None
-    if raw.get("command") and raw.get("aws"):
-        raise MonitorError("--command and --aws both given: choose one stop action")
-    if raw.get("command"):
-        main = CommandAction(argv_of(raw["command"], "--command"))
-    elif raw.get("aws"):
+    """The action plan from ``--command``/``--aws``/``--alibaba``/``--tencent``, ``--webhook``
+    and ``--pre-stop``."""
+    from gpuplan.monitor.cloud import cloud_action_from_raw
+
+    given = [k for k in ("command", "aws", "alibaba", "tencent") if raw.get(k) is not None]
+    if len(given) > 1:
+        raise MonitorError(f"--{given[0]} and --{given[1]} both given: choose one stop action")
+    main: Any = cloud_action_from_raw(raw)
+    if raw.get("command") is not None:
+        argv = argv_of(raw["command"], "--command")
+        if boolean(raw.get("execute", False), "--execute"):
+            check_executable(argv, "--command")
+        main = CommandAction(argv)
+    elif raw.get("aws") is not None:
         from gpuplan.monitor.aws import AsgScaleInAction, AwsStopAction
 
         mode = choice(raw["aws"], "--aws", AWS_MODES)
@@ -278,7 +374,7 @@ def build_plan(raw: Mapping[str, Any], *, event: str = "idle-stop") -> ActionPla
             )
     notify = WebhookAction(str(raw["webhook"]), event=event) if raw.get("webhook") else None
     pre = None
-    if raw.get("pre-stop"):
+    if raw.get("pre-stop") is not None:
         pre = PreStopHook(
             argv_of(raw["pre-stop"], "--pre-stop"),
             timeout_s=duration(raw.get("pre-stop-timeout", "5m"), "--pre-stop-timeout"),

@@ -2,43 +2,44 @@
 
 The seed article's rule, made safe: when the group's mean GPU utilization
 stays below ``scale_in_below_pct`` for ``window_s`` (the same idle clock as the
-single-machine policy, on elapsed time), remove **one** instance: the least
-utilized one that has had no unknown reading during the window and is past
-its warm-up, after running the drain hook on it, never below ``min_size``, at
-most one per ``cooldown_s``.
+single-machine policy, on elapsed time), remove **one** instance, after running
+the drain hook on it, never below ``min_size``, at most one per ``cooldown_s``.
 
-Membership comes from Prometheus' ``up`` series for the group (service
-discovery), readings from dcgm-exporter series. An instance whose scrape
-fails (``up == 0``), that has no DCGM series, or whose GPUs read unknown is
-unknown: it is left out of the mean and is never removed. Instances seen for
-less than ``warmup_s`` are left out of the mean too (a fresh node idles while
-it sets up). No known reading at all makes the group unknown (timer frozen).
+**Which instance: chosen by the whole window.** Each instance has its own idle
+clock: it is idle at a poll when every one of its GPUs is below
+``scale_in_below_pct``; a busy poll resets its clock, an unknown one freezes it
+and ends the run, a gap restarts it. An instance is a candidate only when its
+clock has run for the whole window and it is past its warm-up. Candidates are
+ranked by their highest utilization over the window, then by the longest idle
+time, then by name. (Choosing by the utilization at one poll removed an
+instance at 70 % all window that dipped to 0 % for one scrape, a checkpoint
+save, and kept one that was idle all along.)
+
+**What counts.** Membership comes from Prometheus' ``up`` series for the group
+(service discovery), readings from dcgm-exporter series. The group's size
+(for ``min_size``) counts only instances whose scrape succeeds, with a fresh
+sample, and that were not removed by this controller; removals are journaled
+(see :mod:`gpuplan.monitor.fleet_journal`), so after a restart an instance
+already removed is never counted nor chosen again. An instance whose scrape
+fails (``up == 0``), whose samples are older than two scrape intervals, that
+has no DCGM series, or whose GPUs read unknown is unknown: it is left out of the
+mean and is never removed. Instances seen for less than ``warmup_s`` are left
+out of the mean too (a fresh node idles while it sets up). No known reading at
+all makes the group unknown (timer frozen).
+
+The controller loop is :mod:`gpuplan.monitor.fleet_agent`, the Prometheus
+poller :mod:`gpuplan.monitor.fleet_sampler`.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from gpuplan.errors import MonitorError
-from gpuplan.monitor.actions import ActionContext, ActionPlan, ActionResult
-from gpuplan.monitor.clock import Clock
 from gpuplan.monitor.policy import IdleTimer, advance_timer, require
-from gpuplan.monitor.prometheus import (
-    PrometheusClient,
-    label_matcher,
-    metric_scale,
-    name_matcher,
-    readings_from_series,
-)
-from gpuplan.monitor.readings import GpuReading, State, to_record
+from gpuplan.monitor.readings import GpuReading, State
 
 ACTION_SCALE_IN = "scale-in"
-log = logging.getLogger("gpuplan.watch.fleet")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,12 +98,14 @@ class InstanceReading:
     Attributes:
         name: the instance label value (an EC2 id for AWS scale-in).
         gpus: its GPU readings.
-        error: why the whole instance is unknown (scrape down, no series).
+        error: why the whole instance is unknown (scrape down, stale, no series).
+        in_service: its scrape succeeds with a fresh sample (it counts in the size).
     """
 
     name: str
     gpus: tuple[GpuReading, ...]
     error: str | None = None
+    in_service: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,16 +129,22 @@ class InstanceVerdict:
 
     Attributes:
         name: the instance.
-        state: ``unknown`` if any reading is unknown, ``idle`` if eligible for
-            removal, else ``busy`` (warming up, recently unknown).
+        state: ``unknown`` if any reading is unknown, ``idle`` if every GPU is
+            below the threshold now, else ``busy``.
         mean_pct: its mean GPU utilization, when known.
         why: the reason in words.
+        idle_for_s: its own idle clock.
+        max_pct: its highest utilization over the window (known polls only).
+        candidate: idle for the whole window and past warm-up: may be removed.
     """
 
     name: str
     state: State
     mean_pct: float | None
     why: str
+    idle_for_s: float = 0.0
+    max_pct: float | None = None
+    candidate: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,14 +155,16 @@ class FleetState:
         timer: the group's low-utilization clock.
         last_action_s: time of the last removal.
         first_seen: when each instance was first seen.
-        last_unknown: when each instance last had an unknown reading.
-        removed: instances already removed (ignored while they drain away).
+        timers: each instance's own idle clock.
+        peaks: each instance's ``(t, max GPU utilization)`` polls within the window.
+        removed: instances already removed (never counted nor chosen again).
     """
 
     timer: IdleTimer = field(default_factory=IdleTimer)
     last_action_s: float | None = None
     first_seen: Mapping[str, float] = field(default_factory=dict)
-    last_unknown: Mapping[str, float] = field(default_factory=dict)
+    timers: Mapping[str, IdleTimer] = field(default_factory=dict)
+    peaks: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     removed: frozenset[str] = frozenset()
 
 
@@ -166,7 +177,7 @@ class FleetDecision:
         state: ``idle`` (mean below the threshold), ``busy`` or ``unknown``.
         mean_pct: group mean utilization over known, warmed-up instances.
         idle_for_s: how long the mean has stayed below the threshold.
-        size: instances in the group (not counting ones already removed).
+        size: instances in service (scrape succeeds, fresh, not already removed).
         action: ``"scale-in"`` when due.
         target: the instance to remove when due.
         instances: per-instance verdicts.
@@ -206,59 +217,28 @@ class FleetPolicy:
         """Feed one poll; return the new state and the decision (action not recorded)."""
         cfg, t = self.config, obs.t_s
         first_seen = dict(state.first_seen)
-        last_unknown = dict(state.last_unknown)
+        timers = dict(state.timers)
+        peaks = dict(state.peaks)
         verdicts: list[InstanceVerdict] = []
         known_utils: list[float] = []
-        candidates: list[tuple[float, str]] = []
         present = [i for i in obs.instances if i.name not in state.removed]
         for inst in present:
             first_seen.setdefault(inst.name, t)
-            utils = [g.utilization_pct for g in inst.gpus]
-            bad = inst.error or (None if inst.gpus else "no GPU series")
-            if bad is None and any(u is None for u in utils):
-                bad = next(
-                    g.problem or "utilization unknown"
-                    for g in inst.gpus
-                    if g.utilization_pct is None
-                )
-            if bad is not None:
-                last_unknown[inst.name] = t
-                verdicts.append(
-                    InstanceVerdict(name=inst.name, state=State.UNKNOWN, mean_pct=None, why=bad)
-                )
-                continue
-            values = [u for u in utils if u is not None]
-            mean = _mean(values)
-            assert mean is not None  # noqa: S101 - gpus is non-empty here
-            if t - first_seen[inst.name] < cfg.warmup_s:
-                verdicts.append(
-                    InstanceVerdict(
-                        name=inst.name, state=State.BUSY, mean_pct=mean, why="warming up"
-                    )
-                )
-                continue
-            known_utils.extend(values)
-            seen_unknown = last_unknown.get(inst.name)
-            if seen_unknown is not None and t - seen_unknown < cfg.window_s:
-                why = f"had an unknown reading {t - seen_unknown:g}s ago"
-                verdicts.append(
-                    InstanceVerdict(name=inst.name, state=State.BUSY, mean_pct=mean, why=why)
-                )
-                continue
-            candidates.append((mean, inst.name))
-            verdicts.append(
-                InstanceVerdict(
-                    name=inst.name, state=State.IDLE, mean_pct=mean, why=f"mean {mean:.1f}%"
-                )
-            )
+            verdict, values = self._instance(inst, t, first_seen[inst.name], timers, peaks)
+            verdicts.append(verdict)
+            if values is not None and t - first_seen[inst.name] >= cfg.warmup_s:
+                known_utils.extend(values)
         group_mean = _mean(known_utils)
         if obs.error is not None or group_mean is None:
             group_state = State.UNKNOWN
         else:
             group_state = State.IDLE if group_mean < cfg.scale_in_below_pct else State.BUSY
         timer, note = advance_timer(state.timer, t, group_state, cfg.effective_max_gap_s)
-        new_state = replace(state, timer=timer, first_seen=first_seen, last_unknown=last_unknown)
-        size = len(present)
+        new_state = replace(state, timer=timer, first_seen=first_seen, timers=timers, peaks=peaks)
+        size = sum(1 for i in present if i.in_service)
+        candidates = sorted(
+            (v for v in verdicts if v.candidate), key=lambda v: (v.max_pct, -v.idle_for_s, v.name)
+        )
         action = target = None
         if group_state is State.UNKNOWN:
             reason = f"unknown: {obs.error or 'no known, warmed-up instance'}"
@@ -273,10 +253,11 @@ class FleetPolicy:
                     if held:
                         reason += f"; held: {held}"
                     else:
-                        target = min(candidates)[1]
-                        action = ACTION_SCALE_IN
+                        best = candidates[0]
+                        target, action = best.name, ACTION_SCALE_IN
                         reason += (
-                            f"; scale-in due: remove {target} (mean {min(candidates)[0]:.1f}%)"
+                            f"; scale-in due: remove {target} (idle {best.idle_for_s:g}s, "
+                            f"at most {best.max_pct:.1f}% over the window)"
                         )
         if note:
             reason += f" ({note})"
@@ -292,8 +273,68 @@ class FleetPolicy:
             reason=reason,
         )
 
+    def _instance(
+        self,
+        inst: InstanceReading,
+        t: float,
+        first_seen: float,
+        timers: dict[str, IdleTimer],
+        peaks: dict[str, tuple[tuple[float, float], ...]],
+    ) -> tuple[InstanceVerdict, list[float] | None]:
+        """Advance one instance's clock and window; return its verdict and known values."""
+        cfg = self.config
+        utils = [g.utilization_pct for g in inst.gpus]
+        bad = inst.error or (None if inst.gpus else "no GPU series")
+        if bad is None and any(u is None for u in utils):
+            bad = next(
+                g.problem or "utilization unknown" for g in inst.gpus if g.utilization_pct is None
+            )
+        old = timers.get(inst.name, IdleTimer())
+        kept = tuple(p for p in peaks.get(inst.name, ()) if p[0] > t - cfg.window_s)
+        if bad is not None:
+            timers[inst.name], _ = advance_timer(old, t, State.UNKNOWN, cfg.effective_max_gap_s)
+            peaks[inst.name] = kept
+            verdict = InstanceVerdict(
+                name=inst.name,
+                state=State.UNKNOWN,
+                mean_pct=None,
+                why=bad,
+                idle_for_s=timers[inst.name].idle_for_s,
+            )
+            return verdict, None
+        values = [u for u in utils if u is not None]
+        top = max(values)
+        own = State.IDLE if top < cfg.scale_in_below_pct else State.BUSY
+        timer, _ = advance_timer(old, t, own, cfg.effective_max_gap_s)
+        timers[inst.name] = timer
+        kept += ((t, top),)
+        peaks[inst.name] = kept
+        window_max = max(p[1] for p in kept)
+        mean = _mean(values)
+        assert mean is not None  # noqa: S101 - gpus is non-empty here
+        warming = t - first_seen < cfg.warmup_s
+        candidate = own is State.IDLE and timer.idle_for_s >= cfg.window_s and not warming
+        if warming:
+            why = "warming up"
+        elif own is State.BUSY:
+            why = f"a GPU at {top:g}% >= {cfg.scale_in_below_pct:g}%"
+        elif candidate:
+            why = f"idle for the whole window (at most {window_max:g}%)"
+        else:
+            why = f"idle for {timer.idle_for_s:g}s of the {cfg.window_s:g}s window"
+        verdict = InstanceVerdict(
+            name=inst.name,
+            state=own,
+            mean_pct=mean,
+            why=why,
+            idle_for_s=timer.idle_for_s,
+            max_pct=window_max,
+            candidate=candidate and inst.in_service,
+        )
+        return verdict, values
+
     def _held(
-        self, state: FleetState, t: float, size: int, candidates: list[tuple[float, str]]
+        self, state: FleetState, t: float, size: int, candidates: list[InstanceVerdict]
     ) -> str | None:
         cfg = self.config
         if state.last_action_s is not None and t - state.last_action_s < cfg.cooldown_s:
@@ -301,7 +342,28 @@ class FleetPolicy:
         if size - 1 < cfg.min_size:
             return f"size {size} - 1 would go below --min-size {cfg.min_size}"
         if not candidates:
-            return "no eligible instance (all unknown, warming up, or recently unknown)"
+            return "no instance idle for the whole window (others busy, unknown or warming up)"
+        return None
+
+    def confirm_target(self, obs: FleetObservation, target: str) -> str | None:
+        """The last word after the drain hook: ``None`` if ``target`` may go, else why not.
+
+        ``target`` must still be listed, in service, with every GPU known and below
+        ``scale_in_below_pct`` in this fresh poll.
+        """
+        if obs.error is not None:
+            return f"poll failed: {obs.error}"
+        inst = next((i for i in obs.instances if i.name == target), None)
+        if inst is None or not inst.in_service:
+            return f"{target} is no longer in service"
+        if inst.error is not None or not inst.gpus:
+            return f"{target} is unknown: {inst.error or 'no GPU series'}"
+        utils = [g.utilization_pct for g in inst.gpus]
+        if any(u is None for u in utils):
+            return f"{target} has a GPU with unknown utilization"
+        top = max(u for u in utils if u is not None)
+        if top >= self.config.scale_in_below_pct:
+            return f"{target} has a GPU at {top:g}% >= {self.config.scale_in_below_pct:g}%"
         return None
 
     def record_action(self, state: FleetState, t_s: float, target: str) -> FleetState:
@@ -309,158 +371,6 @@ class FleetPolicy:
         timer = replace(state.timer, run_start_s=None, idle_for_s=0.0)
         return replace(state, timer=timer, last_action_s=t_s, removed=state.removed | {target})
 
-
-class PrometheusFleetSampler:
-    """Poll a group's instances and GPUs from Prometheus.
-
-    Queries ``up{<group>}`` (membership), ``{__name__=~"(?i)<metric>", <group>}``
-    (utilization) and ``group by (<instance>, UUID, uuid, GPU_I_ID)`` over all
-    DCGM series (GPU inventory), where ``<group>`` is ``<group_label>="<group>"``.
-
-    Args:
-        client: the Prometheus client.
-        group: the group name (label value).
-        group_label: the label that holds the group name on every series.
-        instance_label: the label that names the instance.
-        metric: utilization metric.
-        scale: percent per unit for metrics outside the known list.
-    """
-
-    def __init__(
-        self,
-        client: PrometheusClient,
-        *,
-        group: str,
-        group_label: str = "group",
-        instance_label: str = "instance",
-        metric: str = "DCGM_FI_DEV_GPU_UTIL",
-        scale: float | None = None,
-    ) -> None:
-        self.client = client
-        self.selector = label_matcher(group_label, group)
-        label_matcher(instance_label, "")  # validates the label name
-        self.instance_label = instance_label
-        self.metric = metric
-        self.scale = metric_scale(metric, scale)
-
-    def poll(self, t_s: float) -> FleetObservation:
-        """One poll; a failed query makes the whole observation unknown."""
-        sel, key = self.selector, self.instance_label
-        try:
-            up = self.client.query(f"up{{{sel}}}")
-            util = self.client.query(f"{{{name_matcher(self.metric)},{sel}}}")
-            inv = self.client.query(
-                f'group by ({key}, UUID, uuid, GPU_I_ID) ({{__name__=~"(?i)dcgm_fi_.+",{sel}}})'
-            )
-        except MonitorError as exc:
-            return FleetObservation(t_s=t_s, instances=(), error=exc.message)
-        up_by = {s.labels.get(key, ""): s.value for s in up}
-        names = sorted((set(up_by) | {s.labels.get(key, "") for s in util}) - {""})
-        if not names:
-            return FleetObservation(t_s=t_s, instances=(), error=f"no targets with {sel}")
-        out = []
-        for name in names:
-            gpus = readings_from_series(
-                [s for s in util if s.labels.get(key) == name],
-                [s.labels for s in inv if s.labels.get(key) == name],
-                self.scale,
-            )
-            error = None
-            if name in up_by and up_by[name] != 1.0:
-                error = f"scrape failing (up={up_by[name]})"
-            elif not gpus:
-                error = "no DCGM series"
-            out.append(InstanceReading(name=name, gpus=gpus, error=error))
-        return FleetObservation(t_s=t_s, instances=tuple(out))
-
-
-def fleet_record(decision: FleetDecision) -> dict[str, Any]:
-    """A JSON-ready record of a fleet decision."""
-    return {
-        "t": decision.t_s,
-        "state": decision.state.value,
-        "mean_pct": decision.mean_pct,
-        "idle_for_s": decision.idle_for_s,
-        "size": decision.size,
-        "action": decision.action,
-        "target": decision.target,
-        "reason": decision.reason,
-        "instances": to_record(decision.instances),
-    }
-
-
-class FleetAgent:
-    """Poll -> fleet policy -> (fresh re-check) -> drain hook + removal.
-
-    Args:
-        poll: returns a fleet observation for a monotonic time.
-        policy: the fleet policy.
-        plan: pre-stop = drain hook, notify = webhook, main = removal; each gets
-            the target instance in its context (``{instance}`` in commands).
-        clock: time source.
-        sleep: how to wait between polls.
-        execute: really act; otherwise dry run.
-        on_decision: called with every decision record (``--json`` output).
-    """
-
-    def __init__(
-        self,
-        *,
-        poll: Callable[[float], FleetObservation],
-        policy: FleetPolicy,
-        plan: ActionPlan,
-        clock: Clock,
-        sleep: Callable[[float], object] = time.sleep,
-        execute: bool = False,
-        on_decision: Callable[[dict[str, Any]], None] | None = None,
-    ) -> None:
-        self.poll = poll
-        self.policy = policy
-        self.plan = plan
-        self.clock = clock
-        self.sleep = sleep
-        self.execute = execute
-        self.on_decision = on_decision
-        self.state = policy.initial_state()
-        self.actions: list[tuple[FleetDecision, tuple[ActionResult, ...]]] = []
-
-    def step(self) -> FleetDecision:
-        """One poll, and a removal after a fresh re-check when due."""
-        self.state, decision = self.policy.step(self.state, self.poll(self.clock.monotonic()))
-        if decision.action is not None:
-            self.state, decision = self.policy.step(self.state, self.poll(self.clock.monotonic()))
-            if decision.action is not None and decision.target is not None:
-                self.state = self.policy.record_action(self.state, decision.t_s, decision.target)
-                record = fleet_record(decision)
-                log.warning(
-                    "%s due (%s): %s",
-                    decision.action,
-                    "EXECUTE" if self.execute else "dry run",
-                    decision.reason,
-                )
-                ctx = ActionContext(reason=decision.reason, decision=record, target=decision.target)
-                results = self.plan.run(ctx, execute=self.execute)
-                main = results[-1] if results and self.plan.main is not None else None
-                if self.execute and main is not None and not main.ok:
-                    # Not removed after all: keep it in the group (the cooldown still holds).
-                    self.state = replace(self.state, removed=self.state.removed - {decision.target})
-                for r in results:
-                    (log.info if r.ok else log.error)("action %s: %s", r.action, r.detail)
-                self.actions.append((decision, results))
-        record = fleet_record(decision)
-        log.info("%s", decision.reason)
-        if self.on_decision is not None:
-            self.on_decision(record)
-        return decision
-
-    def run(self, *, max_steps: int | None = None, stop: threading.Event | None = None) -> int:
-        """Poll every ``interval_s`` until ``stop`` or ``max_steps``; return the steps taken."""
-        steps = 0
-        while stop is None or not stop.is_set():
-            started = self.clock.monotonic()
-            self.step()
-            steps += 1
-            if max_steps is not None and steps >= max_steps:
-                break
-            self.sleep(max(0.0, self.policy.config.interval_s - (self.clock.monotonic() - started)))
-        return steps
+    def not_removed(self, state: FleetState, target: str) -> FleetState:
+        """Undo the removal of ``target`` (it failed or was aborted); the cooldown holds."""
+        return replace(state, removed=state.removed - {target})

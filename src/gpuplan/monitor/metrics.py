@@ -7,6 +7,7 @@ Series (all prefixed ``gpuplan_watch_``):
 * ``state{state}``: 1 for the machine's current state, else 0;
 * ``idle_seconds`` / ``window_seconds``: the idle clock and its target;
 * ``unknown_alert``: 1 while an unknown-too-long alert is raised;
+* ``storage_alert``: 1 while the state file cannot be written (no action then);
 * ``decisions_total{action}``: due decisions (``stop``/``scale-in``) seen;
 * ``actions_total{action,executed,ok}``: action steps run;
 * ``last_observation_timestamp_seconds``: wall time of the last observation.
@@ -62,6 +63,11 @@ class WatchMetrics:
         self.alert = pc.Gauge(
             p + "unknown_alert", "1 while readings were unknown too long", registry=reg
         )
+        self.storage = pc.Gauge(
+            p + "storage_alert",
+            "1 while the state file cannot be written (no action is taken then)",
+            registry=reg,
+        )
         self.decisions = pc.Counter(
             p + "decisions", "Decisions with an action due", ["action"], registry=reg
         )
@@ -103,6 +109,10 @@ class WatchMetrics:
         self._uuids |= seen
         if decision.action:
             self.decisions.labels(action=decision.action).inc()
+
+    def storage_alert(self, failing: bool) -> None:
+        """Raise or clear the storage alert."""
+        self.storage.set(1.0 if failing else 0.0)
 
     def record_actions(self, results: tuple[ActionResult, ...]) -> None:
         """Count action steps."""

@@ -41,6 +41,13 @@ and no action was recorded within ``cooldown_s``. Hence every observation in the
 The caller re-checks with a fresh observation (``step`` again) and then calls
 :meth:`IdlePolicy.record_action` before acting, which makes at most one action
 per cooldown.
+
+**Re-check after hooks.** A pre-stop hook or a webhook may run for minutes,
+so when either ran the caller takes one more observation immediately before
+the main action and passes it to :meth:`IdlePolicy.confirm_after_hooks`: the
+action proceeds only if that observation is idle; otherwise it is aborted
+(the cooldown recorded before the hooks still holds, so hooks run at most once
+per cooldown).
 """
 
 from __future__ import annotations
@@ -382,6 +389,27 @@ class IdlePolicy:
         if last is not None and t_s - last < cfg.cooldown_s:
             return f"{clock}; held: cooldown, {cfg.cooldown_s - (t_s - last):g}s left", None
         return f"{clock}; stop due", ACTION_STOP
+
+    def confirm_after_hooks(
+        self, state: PolicyState, obs: Observation
+    ) -> tuple[PolicyState, Decision]:
+        """The last word before the main action, after the hooks ran.
+
+        Args:
+            state: the state after :meth:`record_action` (taken before the hooks).
+            obs: a fresh observation taken after the hooks finished.
+
+        Returns:
+            ``(new_state, decision)``: ``decision.action == "stop"`` when ``obs`` is
+            idle (the action proceeds), else ``None`` (the action is aborted).
+        """
+        machine, _, why = self.classify(state, obs)
+        new_state, decision = self.step(state, obs)
+        if machine is State.IDLE:
+            reason = f"re-check after hooks: still idle ({'; '.join(why[:1])}); stop proceeds"
+            return new_state, replace(decision, action=ACTION_STOP, reason=reason)
+        reason = f"re-check after hooks found {machine.value}: stop aborted ({decision.reason})"
+        return new_state, replace(decision, action=None, reason=reason)
 
     def record_action(self, state: PolicyState, t_s: float) -> PolicyState:
         """Record an action at ``t_s``: starts the cooldown and restarts the idle run."""

@@ -42,10 +42,12 @@ class Series:
     Attributes:
         labels: the series labels (``__name__`` included when known).
         value: the value, ``None`` when it is NaN or not a number.
+        at: the query's evaluation time (Unix seconds), when known.
     """
 
     labels: Mapping[str, str]
     value: float | None
+    at: float | None = None
 
 
 def metric_scale(metric: str, scale: float | None = None) -> float:
@@ -202,8 +204,52 @@ class PrometheusClient:
         out = []
         for item in data.get("result") or []:
             value = item.get("value") or [None, None]
-            out.append(Series(dict(item.get("metric") or {}), _num(value[1])))
+            out.append(Series(dict(item.get("metric") or {}), _num(value[1]), _num(value[0])))
         return out
+
+    def active_targets(self) -> list[dict[str, object]]:
+        """The active scrape targets (``/api/v1/targets?state=active``).
+
+        Raises:
+            MonitorError: on HTTP, network, JSON or API errors.
+        """
+        url = f"{self.base_url}/api/v1/targets?state=active"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:  # noqa: S310 - http(s) checked
+                body = json.loads(resp.read().decode("utf-8"))
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise MonitorError(f"Prometheus targets query failed: {exc}") from exc
+        data = body.get("data") if isinstance(body, dict) else None
+        targets = data.get("activeTargets") if isinstance(data, dict) else None
+        if not isinstance(targets, list):
+            raise MonitorError("Prometheus targets query failed: no activeTargets list")
+        return [t for t in targets if isinstance(t, dict)]
+
+
+_PROM_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+_PROM_UNITS = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+    "y": 31536000.0,
+}
+
+
+def prometheus_duration_s(text: object) -> float | None:
+    """Seconds in a Prometheus duration (``15s``, ``1m30s``); ``None`` if it is not one.
+
+    >>> prometheus_duration_s("1m30s")
+    90.0
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    parts = _PROM_DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * _PROM_UNITS[u] for n, u in parts)
 
 
 def name_matcher(metric: str) -> str:

@@ -23,7 +23,6 @@ each stop is recorded as if executed (cooldown starts, the idle run restarts).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Iterable, Iterator
@@ -82,10 +81,14 @@ def parse_replay_line(text: str, line_no: int) -> ReplayLine:
     Raises:
         MonitorError: naming the line and the field.
     """
+    from gpuplan.errors import GpuPlanError
+    from gpuplan.userfile import parse_json
+
     try:
-        obj = json.loads(text)
-    except ValueError as exc:
-        raise _fail(line_no, f"not JSON ({exc})") from exc
+        obj = parse_json(text, what="", path=None, error=MonitorError)
+    except GpuPlanError as exc:
+        problem = exc.message.removeprefix(": ").replace("not valid JSON", "not JSON")
+        raise _fail(line_no, problem) from None
     if not isinstance(obj, dict):
         raise _fail(line_no, f"expected a JSON object, got {type(obj).__name__}")
     for key in obj:
@@ -123,13 +126,12 @@ def read_replay(lines: Iterable[str]) -> list[ReplayLine]:
 
 def load_replay(path: Path) -> list[ReplayLine]:
     """Read and validate a replay file."""
-    try:
-        with path.open(encoding="utf-8") as fh:
-            return read_replay(fh)
-    except OSError as exc:
-        raise MonitorError(f"--replay: cannot read {path}: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise MonitorError(f"--replay: {path} is not UTF-8 text: {exc}") from exc
+    from gpuplan.userfile import read_text
+
+    lines = read_replay(read_text(path, what="--replay", error=MonitorError).splitlines())
+    if not lines:
+        raise MonitorError(f"--replay: {path}: no lines to replay")
+    return lines
 
 
 def run_replay(

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuplan.cost import CostBreakdown
 from gpuplan.estimate.configure import Configuration
+from gpuplan.estimate.margin import DEFAULT_SAFETY_MARGIN
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,7 +25,11 @@ class PlanSettings:
     image_pull_s: float = 180.0
     cold_start_s: float = 120.0
     commitment: str = "whole-terms"
-    safety_margin: float = 0.05
+    safety_margin: float = DEFAULT_SAFETY_MARGIN
+    risk: str = "medium"
+    """How the memory verdict ranks options: ``low`` keeps only ``fits`` (the 80% upper bound
+    fits), ``medium`` also keeps ``tight`` ones (only the estimate fits) but ranks them after
+    sure ones at equal cost, ``high`` ranks by the point estimate alone."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,7 +39,9 @@ class Option:
     provider: str
     instance_type: str
     region: str
+    """The region whose price the option is costed at (the cheapest allowed one)."""
     regions: tuple[str, ...]
+    """Every region of the offering."""
     billing_mode: str
     nodes: int
     gpus: int
@@ -45,8 +52,19 @@ class Option:
     tokens: float | None
     price_as_of: str
     price_source: str
+    price_regions: tuple[str, ...] = ()
+    """Allowed regions charging the same price as ``region`` (``region`` first)."""
+    priced_regions: int = 1
+    """Allowed regions with a price in this billing mode (the one used included)."""
+    price_amount: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The price as published: ``amount``, ``unit`` (per_hour/per_month/per_year), ``currency``."""
     why: str = ""
     warnings: tuple[str, ...] = ()
+
+    def region_label(self) -> str:
+        """``cn-beijing``, or ``cn-beijing +5`` when five more regions charge the same."""
+        extra = len(self.price_regions) - 1
+        return self.region + (f" +{extra}" if extra > 0 else "")
 
     @property
     def cost_total(self) -> float:
@@ -87,12 +105,17 @@ class Option:
             "step_time_s": t.step_time_s,
             "mfu": t.mfu,
             "headroom_bytes": round(conf.fit.memory.headroom_bytes),
+            "verdict": conf.fit.verdict,
+            "device_used_bounds_bytes": [round(v) for v in conf.fit.bounds()["device_used_bytes"]],
             "device_used_bytes": round(conf.fit.memory.device_used_bytes),
             "capacity_bytes": round(conf.fit.memory.capacity_bytes),
             "memory_breakdown": {k: round(v) for k, v in conf.fit.memory.breakdown.items()},
             "warnings": list(self.warnings),
             "price_as_of": self.price_as_of,
             "price_source": self.price_source,
+            "price_regions": list(self.price_regions or (self.region,)),
+            "other_regions_priced": self.priced_regions - len(self.price_regions or (self.region,)),
+            "price": self.price_amount,
             "topology": {
                 "gpus_per_node": conf.topology.gpus_per_node,
                 "intra_node": conf.topology.intra_node,

@@ -1,5 +1,11 @@
 """Search every offering x node count x strategy x billing mode; rank, explain, reject.
 
+Prices are per region: for each offering and billing mode the planner takes
+the cheapest region allowed by ``constraints.regions`` (converted to the plan's
+currency with the dated FX rates; the data's region wins a tie), so one option
+is ranked per offering and mode, never one per region. The option names that
+region, the regions that charge the same, and how many others were priced.
+
 Deterministic: the same spec, catalog and settings give the same plan (ties
 are broken by provider, instance type, region, billing mode and node count).
 """
@@ -33,18 +39,82 @@ def _allowed(off: Offering, spec: JobSpec) -> str | None:
         return f"no region matching constraints.regions {list(c.regions)}"
     missing = [tag for tag in c.compliance if tag not in off.compliance]
     if missing:
-        return f"lacks compliance {', '.join(missing)} (offering states {list(off.compliance) or 'none'})"
+        return (
+            f"lacks compliance {', '.join(missing)} (offering states "
+            f"{list(off.compliance) or 'none'}); if your own deployment holds it, declare it "
+            f"in your overrides file: compliance_declarations: [{{provider: {off.provider}, "
+            f"tag: {missing[0]}, reference: <your certificate or filing no.>, as_of: "
+            "YYYY-MM-DD}] (README, Compliance)"
+        )
     if c.bare_metal_only and off.hosting != "bare-metal":
         return f"{off.hosting}, not bare metal (constraints.bare_metal_only)"
     return None
 
 
-def _region(off: Offering, spec: JobSpec) -> str:
-    for want in spec.constraints.regions:
-        for r in off.regions:
-            if want.lower() in r.lower():
-                return r
-    return off.regions[0]
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PriceChoice:
+    """The price an option is costed at, and where.
+
+    Attributes:
+        price: the catalog price (in its published currency).
+        region: the region whose price it is (the cheapest allowed one).
+        same_price: every allowed region charging this same price, ``region`` first.
+        priced_regions: allowed regions with any price in this mode.
+    """
+
+    price: Price
+    region: str
+    same_price: tuple[str, ...]
+    priced_regions: int
+
+
+def _allowed_regions(off: Offering, spec: JobSpec) -> tuple[str, ...]:
+    wanted = [w.lower() for w in spec.constraints.regions]
+    if not wanted:
+        return off.regions
+    return tuple(r for r in off.regions if any(w in r.lower() for w in wanted))
+
+
+def _data_region(off: Offering, spec: JobSpec) -> str | None:
+    src = spec.data.source if spec.data is not None else None
+    if src is not None and src.provider == off.provider:
+        return src.region
+    return None
+
+
+def price_choices(
+    off: Offering, spec: JobSpec, modes: set[str], catalog: Catalog, currency: str
+) -> list[PriceChoice]:
+    """One price per billing mode: the cheapest allowed region's (the data's region on a tie)."""
+    regions = _allowed_regions(off, spec)
+    allowed = set(regions)
+    near = _data_region(off, spec)
+    out: list[PriceChoice] = []
+    by_mode: dict[str, list[Price]] = {}
+    for p in off.prices:
+        if not modes or p.mode in modes:
+            by_mode.setdefault(p.mode, []).append(p)
+    for found in by_mode.values():
+        # a region takes the first price of the mode that names it (Offering.price's rule)
+        taken: set[str] = set()
+        ranked: list[tuple[float, bool, str, Price]] = []
+        counted = 0
+        for price in found:
+            where = [r for r in off.price_regions(price) if r in allowed and r not in taken]
+            if not where:
+                continue
+            taken.update(where)
+            counted += len(where)
+            amount = round(catalog.convert(price.hourly_equivalent, price.currency, currency), 9)
+            ranked.extend((amount, r != near, r, price) for r in where)
+        if not ranked:
+            continue
+        best = min(ranked, key=lambda t: t[:3])
+        same = tuple(r for _a, _n, r, p in sorted(ranked, key=lambda t: t[:3]) if p is best[3])
+        out.append(
+            PriceChoice(price=best[3], region=best[2], same_price=same, priced_regions=counted)
+        )
+    return out
 
 
 def _node_counts(off: Offering, max_gpus: int) -> Iterator[int]:
@@ -99,11 +169,33 @@ def _cost_options(spec: JobSpec, settings: PlanSettings) -> CostOptions:
     )
 
 
-def _sort_key(objective: str, o: Option) -> tuple[Any, ...]:
+RISKS = ("low", "medium", "high")
+
+
+def _unsure(o: Option, risk: str) -> int:
+    """1 for an option whose memory is only ``tight``, where the risk setting ranks it later."""
+    return int(risk != "high" and o.configuration.fit.verdict == "tight")
+
+
+def _sort_key(objective: str, o: Option, risk: str = "high") -> tuple[Any, ...]:
     tie = (o.provider, o.instance_type, o.region, o.billing_mode, o.nodes)
     if objective == "time":
-        return (o.time_s, o.cost_total, *tie)
-    return (o.cost_total, o.time_s, *tie)
+        return (o.time_s, _unsure(o, risk), o.cost_total, *tie)
+    return (o.cost_total, _unsure(o, risk), o.time_s, *tie)
+
+
+def _margin(spec: JobSpec, settings: PlanSettings, gpus: int, gpus_per_node: int) -> float:
+    """The memory margin for ``configure``: with ``--risk low``, room for the upper bound."""
+    if settings.risk != "low":
+        return settings.safety_margin
+    from gpuplan.estimate.bounds import bounds_for, job_class, margin_for_sure_fit
+
+    classes = {
+        job_class(method=spec.method, count=gpus, tp=tp, pp=1, gpus_per_node=gpus_per_node)
+        for tp in ((1, 2) if gpus > 1 else (1,))
+    }
+    hi = max(bounds_for("memory", c).hi for c in classes)
+    return max(settings.safety_margin, margin_for_sure_fit(hi))
 
 
 def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) -> Plan:
@@ -135,13 +227,14 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
         if why_not:
             rejected.append(_offering_rejection(off, why_not))
             continue
-        prices = [p for p in off.prices if not modes or p.mode in modes]
+        prices = price_choices(off, spec, modes, catalog, currency)
         if not prices:
-            reason = (
-                "no price in the catalog"
-                if not off.prices
-                else f"no price in the allowed billing modes {sorted(modes)}"
-            )
+            if not off.prices:
+                reason = "no price in the catalog"
+            elif not any(not modes or p.mode in modes for p in off.prices):
+                reason = f"no price in the allowed billing modes {sorted(modes)}"
+            else:
+                reason = f"no price in a region matching constraints.regions {list(spec.constraints.regions)}"
             rejected.append(_offering_rejection(off, reason))
             continue
         gpu = catalog.gpu(off.gpu)
@@ -171,7 +264,7 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
                         gpu,
                         topo.gpus,
                         topo,
-                        margin=settings.safety_margin,
+                        margin=_margin(spec, settings, topo.gpus, topo.gpus_per_node),
                         capacity=off.gpu_memory_bytes,
                         with_scaling=False,
                     )
@@ -194,11 +287,17 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
                     )
                 except GpuPlanError as exc:
                     rejected.append(
-                        _offering_rejection(off, exc.message, nodes=nodes, billing_mode=price.mode)
+                        _offering_rejection(
+                            off, exc.message, nodes=nodes, billing_mode=price.price.mode
+                        )
                     )
     feasible: list[Option] = []
     for o in options:
-        if deadline is not None and o.time_s > deadline:
+        if settings.risk == "low" and o.configuration.fit.verdict != "fits":
+            rejected.append(
+                _reject(o, f"memory {_tight_reason(o)}; --risk low keeps sure fits only")
+            )
+        elif deadline is not None and o.time_s > deadline:
             rejected.append(
                 _reject(
                     o, f"misses the deadline: {o.time_s / 3600:.1f} h > {deadline / 3600:.1f} h"
@@ -231,18 +330,23 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
         )
     objective = settings.objective
     front = pareto_front(feasible)
+    risk = settings.risk
     ranked = sorted(
-        front if objective == "pareto" else feasible, key=lambda o: _sort_key(objective, o)
+        front if objective == "pareto" else feasible,
+        key=lambda o: _sort_key(objective, o, risk),
     )
     if objective == "pareto":
-        ranked = sorted(ranked, key=lambda o: _sort_key("time", o))
+        ranked = sorted(ranked, key=lambda o: _sort_key("time", o, risk))
     cheapest = min(feasible, key=lambda o: _sort_key("cost", o))
     fastest = min(feasible, key=lambda o: _sort_key("time", o))
     top = [
         dataclasses.replace(
             o,
-            why=explain(o, cheapest=cheapest, fastest=fastest, spec=spec),
-            warnings=warnings_for(o, feasible, cheapest),
+            why=_with_risk(explain(o, cheapest=cheapest, fastest=fastest, spec=spec), o, risk),
+            warnings=(
+                *warnings_for(o, feasible, cheapest),
+                *((f"{o.label()}: memory {_tight_reason(o)}",) if _is_tight(o) else ()),
+            ),
         )
         for o in ranked[: settings.top]
     ]
@@ -285,6 +389,33 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
     )
 
 
+def _is_tight(o: Option) -> bool:
+    return o.configuration.fit.verdict == "tight"
+
+
+def _tight_reason(o: Option) -> str:
+    fit = o.configuration.fit
+    m = fit.memory
+    hi = fit.bounds()["device_used_bytes"][1]
+    return (
+        f"tight: the estimate ({m.device_used_bytes / 2**30:.1f} GiB) fits the "
+        f"{m.capacity_bytes / 2**30:.1f} GiB but its 80% upper bound ({hi / 2**30:.1f} GiB) "
+        "does not, so the run may run out of memory"
+    )
+
+
+def _with_risk(why: str, o: Option, risk: str) -> str:
+    """The option's reasons, with why a tight option ranks where it does."""
+    if not _is_tight(o):
+        return why
+    rank = (
+        "ranked after sure options at equal cost (--risk medium)"
+        if risk == "medium"
+        else "ranked by the estimate alone (--risk high)"
+    )
+    return f"{why}; memory {_tight_reason(o)}; {rank}"
+
+
 def _offering_rejection(
     off: Offering, reason: str, *, nodes: int = 0, billing_mode: str = ""
 ) -> Rejection:
@@ -314,7 +445,7 @@ def _reject(o: Option, reason: str) -> Rejection:
 
 def _option(
     off: Offering,
-    price: Price,
+    choice: PriceChoice,
     nodes: int,
     conf: Configuration,
     run_s: float,
@@ -323,7 +454,7 @@ def _option(
     currency: str,
     options_cost: CostOptions,
 ) -> Option:
-    region = _region(off, spec)
+    price, region = choice.price, choice.region
     cost = job_cost(
         off,
         price,
@@ -343,6 +474,9 @@ def _option(
         instance_type=off.instance_type,
         region=region,
         regions=off.regions,
+        price_regions=choice.same_price,
+        priced_regions=choice.priced_regions,
+        price_amount=_amount(price),
         billing_mode=price.mode,
         nodes=nodes,
         gpus=conf.topology.gpus,
@@ -354,3 +488,15 @@ def _option(
         price_as_of=(price.as_of or off.as_of).isoformat(),
         price_source=price.source or off.source,
     )
+
+
+def _amount(price: Price) -> dict[str, Any]:
+    """The price as published: amount, unit and currency (not converted)."""
+    for unit in ("per_hour", "per_month", "per_year"):
+        value = getattr(price, unit)
+        if value is not None:
+            out: dict[str, Any] = {"amount": value, "unit": unit, "currency": price.currency}
+            if price.derived:
+                out["derived"] = price.derived
+            return out
+    raise AssertionError("a price has an amount")  # pragma: no cover - schema guarantees it

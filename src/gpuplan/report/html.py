@@ -240,6 +240,7 @@ def _options_table(plan: Plan) -> str:
                 esc(_money(o.cost_total, o)),
                 f"{per_m:.3f}" if per_m else "-",
                 f"{head:.1f} GiB",
+                esc(o.configuration.fit.verdict),
                 esc(o.why),
                 warn,
             ]
@@ -258,12 +259,14 @@ def _options_table(plan: Plan) -> str:
         f"cost ({cur})",
         f"{cur} / 1M tokens",
         "headroom",
+        "memory",
         "why",
         "warnings",
     ]
     note = (
         '<p class="muted">Bold rank: on the Pareto front. * cost is a lower bound (a part has no '
-        "catalog rate; see the cost breakdown).</p>"
+        "catalog rate; see the cost breakdown). Memory: <i>fits</i> when the 80% upper bound "
+        "of the estimate fits, <i>tight</i> when only the estimate does.</p>"
     )
     return (
         "<h2>Ranked options</h2>\n"
@@ -283,6 +286,7 @@ def _cost_details(plan: Plan) -> str:
         ("spot_overhead", "spot interruptions"),
         ("rounding", "billing rounding / minimum"),
         ("commitment_unused", "unused commitment"),
+        ("on_demand_remainder", "on-demand after the last whole term"),
         ("storage", "storage"),
         ("egress", "data transfer"),
     )
@@ -307,6 +311,7 @@ def _cost_details(plan: Plan) -> str:
 
 
 # --- rejections ------------------------------------------------------------------------
+
 
 def _closeness(
     r: Rejection, deadline: float | None, budget: float | None

@@ -30,6 +30,7 @@ def plan_payload(result: Plan) -> dict[str, Any]:
             {
                 "provider": o.provider,
                 "instance_type": o.instance_type,
+                "region": o.region,
                 "billing_mode": o.billing_mode,
                 "nodes": o.nodes,
                 "time_s": o.time_s,
@@ -62,13 +63,15 @@ def fit_rows(spec: JobSpec, catalog: Catalog, gpus: int, *, margin: float) -> li
         try:
             r = fit(spec, g, gpus, margin=margin)
         except SpecError as exc:
-            rows.append({"gpu": g.id, "fits": False, "reason": exc.one_line()})
+            rows.append({"gpu": g.id, "fits": False, "verdict": "no", "reason": exc.one_line()})
             continue
         rows.append(
             {
                 "gpu": g.id,
                 "fits": r.memory.fits,
+                "verdict": r.verdict,
                 "device_used_bytes": round(r.memory.device_used_bytes),
+                "device_used_bounds_bytes": [round(v) for v in r.bounds()["device_used_bytes"]],
                 "capacity_bytes": round(r.memory.capacity_bytes),
                 "headroom_bytes": round(r.memory.headroom_bytes),
                 "max_micro_batch": r.max_micro_batch,
@@ -87,7 +90,7 @@ def estimate_payload(
         "count": count,
         "strategy": conf.strategy.as_contract(),
         "memory": conf.fit.as_contract(),
-        "time": conf.time.as_contract(),
+        "time": conf.time_contract(),
         "topology": {
             "gpus_per_node": topo.gpus_per_node,
             "intra_node": topo.intra_node,
@@ -98,12 +101,35 @@ def estimate_payload(
     }
 
 
-def offering_row(off: Offering, catalog: Catalog, currency: str) -> dict[str, Any]:
-    """One offering as ``catalog offerings --json`` prints it (``hourly`` in ``currency``)."""
-    prices = {}
-    for p in off.prices:
-        prices[p.mode] = round(catalog.convert(p.hourly_equivalent, p.currency, currency), 4)
-    return {**off.model_dump(mode="json"), "hourly": prices, "hourly_currency": currency}
+def offering_row(
+    off: Offering, catalog: Catalog, currency: str, region: str | None = None
+) -> dict[str, Any]:
+    """An offering as ``catalog offerings --json`` prints it: the row, its cheapest price
+    per mode (``hourly``, converted to ``currency``) and every price per region as
+    published (``region_prices``); ``region`` keeps the regions containing it."""
+    hourly: dict[str, float] = {}
+    per_region = []
+    for mode in dict.fromkeys(p.mode for p in off.prices):
+        for r, p in off.region_prices(mode):
+            if region and region.lower() not in r.lower():
+                continue
+            amount = round(catalog.convert(p.hourly_equivalent, p.currency, currency), 4)
+            hourly[mode] = min(amount, hourly.get(mode, amount))
+            per_region.append(
+                {
+                    "region": r,
+                    "mode": mode,
+                    "hourly_equivalent": p.hourly_equivalent,
+                    "currency": p.currency,
+                    "hourly_converted": amount,
+                }
+            )
+    return {
+        **off.model_dump(mode="json"),
+        "hourly": hourly,
+        "hourly_currency": currency,
+        "region_prices": per_region,
+    }
 
 
 def select_offerings(
@@ -128,7 +154,7 @@ def select_offerings(
 
 
 def offerings_payload(
-    catalog: Catalog, rows: Iterable[Offering], currency: str
+    catalog: Catalog, rows: Iterable[Offering], currency: str, region: str | None = None
 ) -> list[dict[str, Any]]:
     """``catalog offerings --json``."""
-    return [offering_row(o, catalog, currency) for o in rows]
+    return [offering_row(o, catalog, currency, region) for o in rows]

@@ -56,7 +56,9 @@ def hf_config_dict(model_ref: str) -> dict[str, Any]:
     """The Hugging Face config of a preset (shipped JSON) or a config.json path."""
     path = Path(model_ref)
     if path.suffix == ".json" and path.is_file():
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        from gpuplan.userfile import read_json
+
+        data: dict[str, Any] = read_json(path, what="model", error=SpecError)
         return data
     from gpuplan.models import load_model
 
@@ -361,14 +363,23 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             "--trace: tensor/pipeline parallel layouts are estimated analytically only",
             hint="drop --trace, or set parallelism to sharding only",
         )
+    from gpuplan.estimate.frameworks import FRAMEWORKS
+
+    engine = FRAMEWORKS[spec.framework].engine
+    if engine != "pytorch" and st.sharding != "none" and st.dp > 1:
+        raise SpecError(
+            f"--trace: traces PyTorch autocast training; {spec.framework}'s {st.sharding} "
+            "is estimated analytically only",
+            hint="drop --trace, or set framework: hf",
+        )
     traced = trace_memory(spec)
     cats = dict(traced.categories_at_peak)
-    dp = st.dp
+    dp = st.shard_degree
     if dp > 1 and st.sharding != "none":
         cats["opt"] = cats.get("opt", 0.0) / dp
-        if st.sharding in ("zero2", "zero3", "fsdp"):
+        if st.sharding in ("zero2", "zero3", "fsdp", "hsdp"):
             cats["grad"] = cats.get("grad", 0.0) / dp
-        if st.sharding in ("zero3", "fsdp"):
+        if st.sharding in ("zero3", "fsdp", "hsdp"):
             cats["param"] = cats.get("param", 0.0) / dp
     model_bytes = sum(cats.values())
     m = analytic.memory

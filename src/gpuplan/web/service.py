@@ -38,6 +38,7 @@ from gpuplan.report.payloads import (
     select_offerings,
 )
 from gpuplan.spec import spec_from_text
+from gpuplan.userfile import parse_yaml
 
 ORIGIN = "spec"
 USAGE = "usage"
@@ -69,6 +70,10 @@ class PlanOptions(_Options):
     currency: str | None = Field(default=None, description="USD or CNY (default: the spec's).")
     spot_rate: float = Field(default=_default(plan_cmd.plan_command, "spot_rate"), ge=0)
     checkpoint_interval: str = _default(plan_cmd.plan_command, "checkpoint_interval")
+    risk: str = Field(
+        default=_default(plan_cmd.plan_command, "risk"),
+        description="Memory risk: low, medium or high (as `gpuplan plan --risk`).",
+    )
     set: list[str] = Field(default_factory=list, description="Spec overrides FIELD=VALUE.")
 
 
@@ -164,9 +169,9 @@ def split_body(raw: bytes, key: str) -> tuple[str, dict[str, Any]]:
     except UnicodeDecodeError:
         raise SpecError(f"{ORIGIN}: the request body is not UTF-8 text") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text, {}  # the library reports the YAML error with its line
+        data = parse_yaml(text, what=ORIGIN, path=None, error=SpecError)
+    except SpecError:
+        return text, {}  # the library's reader reports it (aliases, depth, a YAML error)
     if isinstance(data, dict) and key in data:
         options = {k: v for k, v in data.items() if k != key}
         doc = data[key]
@@ -208,6 +213,7 @@ def run_plan(text: str, opts: PlanOptions, catalog_path: Path | None) -> tuple[s
         max_gpus=opts.max_gpus,
         spot_rate=opts.spot_rate,
         checkpoint_interval=opts.checkpoint_interval,
+        risk=opts.risk,
     )
     spec = spec_from_text(text, spec_overrides(opts.set, opts.currency), origin=ORIGIN)
     cat = load_catalog(catalog_path)
@@ -272,4 +278,4 @@ def run_offerings(opts: OfferingsOptions, catalog_path: Path | None) -> Any:
         max_price=opts.max_price,
         currency=target,
     )
-    return offerings_payload(cat, rows, target)
+    return offerings_payload(cat, rows, target, opts.region)

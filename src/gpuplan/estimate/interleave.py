@@ -1,0 +1,65 @@
+"""Extra activation memory of the interleaved 1F1B pipeline schedule.
+
+With ``vp`` model chunks per GPU, Megatron-core's interleaved schedule
+(``forward_backward_pipelining_with_interleaving``) runs
+``2 (pp - 1) + (vp - 1) pp`` warm-up chunk forwards on the first stage before
+its first backward, each over ``layers / (pp vp)`` layers. Against plain 1F1B
+(``pp`` micro-batches of ``layers / pp`` layers) the first stage holds
+``1 + (pp - 1) / (pp vp)`` times the activations (Korthikanti et al.,
+"Reducing Activation Recomputation in Large Transformer Models", MLSys 2023,
+Section 4.2.3). The memory estimator models plain 1F1B; this adds the
+difference, so a search cannot take interleaving's smaller bubble for free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuplan.estimate.memory import MemoryEstimate
+from gpuplan.estimate.strategy import Strategy
+
+LABEL = "activations: interleaved 1F1B warm-up (extra chunks in flight)"
+
+
+def interleave_factor(st: Strategy) -> float:
+    """Extra share of the saved activations the interleaved schedule keeps (0 without it)."""
+    if st.pp <= 1 or st.vp <= 1 or st.grad_accum < st.pp:
+        return 0.0
+    return (st.pp - 1) / (st.pp * st.vp)
+
+
+def with_interleaving(mem: MemoryEstimate, st: Strategy) -> MemoryEstimate:
+    """``mem`` plus the interleaved schedule's extra activations (``mem`` itself without vp).
+
+    The extra is charged on the step's activations as the estimate itemises them
+    (saved plus the loss gradient, a slight over-count) and added to the peak
+    whichever phase it falls in: conservative where the optimizer step peaks.
+    """
+    factor = interleave_factor(st)
+    if factor == 0.0:
+        return mem
+    acts = mem.breakdown.get("activations", 0.0) or mem.details.get(
+        "activations: saved for backward", 0.0
+    )
+    extra = acts * factor
+    if extra <= 0:
+        return mem
+    usable = mem.capacity_bytes * (1 - mem.safety_margin)
+    used = mem.device_used_bytes + extra
+    breakdown = dict(mem.breakdown)
+    breakdown["activations"] = breakdown.get("activations", 0.0) + extra
+    return dataclasses.replace(
+        mem,
+        peak_allocated_bytes=mem.peak_allocated_bytes + extra,
+        peak_reserved_bytes=mem.peak_reserved_bytes + extra,
+        device_used_bytes=used,
+        fits=used <= usable,
+        headroom_bytes=usable - used,
+        breakdown=breakdown,
+        details={**mem.details, LABEL: extra},
+        assumptions=(
+            *mem.assumptions,
+            f"interleaved pipeline (vp={st.vp}): the first stage keeps "
+            f"{1 + factor:.2f}x the 1F1B activations, 1 + (pp-1)/(pp*vp) (Korthikanti et al. 2023)",
+        ),
+    )

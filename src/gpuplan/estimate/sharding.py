@@ -1,0 +1,285 @@
+"""What each engine keeps per parameter under each ``sharding`` value, read from its code.
+
+One sharding value has one meaning per engine. ``N`` below is the number of ranks the
+sharded state is split over: every data-parallel rank, except under ``hsdp`` (shard
+within a node, replicate across nodes), where it is the data-parallel ranks of one
+node. Bytes are per parameter element of the pipeline stage a rank holds (already
+divided by tensor parallelism); ``P`` is that element count.
+
+**pytorch** (``hf``, ``torchtune``, ``litgpt``: PyTorch DDP, ``ZeroRedundancyOptimizer``,
+FSDP under autocast). Parameters, gradients and optimizer state are in the parameter
+dtype (fp32 under ``*-mixed``); autocast keeps a 16-bit copy of each weight it casts.
+
+* ``none``: everything replicated; with DDP (dp > 1) the reducer keeps a bucket copy of
+  the gradients (``torch/nn/parallel/distributed.py``, ``gradient_as_bucket_view=False``).
+* ``zero1``: optimizer state / N (``torch/distributed/optim/zero_redundancy_optimizer.py``).
+* ``zero2``: gradients / N as well (FSDP ``SHARD_GRAD_OP``).
+* ``zero3`` = ``fsdp``: parameters / N too (FSDP ``FULL_SHARD``,
+  ``torch/distributed/fsdp/``); the current and the prefetched unit are gathered.
+* ``hsdp``: ``fsdp`` within a node, replicated across nodes (FSDP ``HYBRID_SHARD``).
+
+**deepspeed** (16-bit: ``bf16``/``fp16`` enabled; the ZeRO paper, Rajbhandari et al.
+2020, counts 2 + 2 + 12 bytes). 16-bit parameters and gradients; fp32 master weights and
+Adam moments in the optimizer.
+
+* ``none``: ``FP16_Optimizer`` (``deepspeed/runtime/fp16/fused_optimizer.py``) keeps fp32
+  master weights of every parameter; ``step`` flattens the gradients to one fp32 tensor.
+* ``zero1``: 2 + 2 + 12/N (``deepspeed/runtime/zero/stage_1_and_2.py``,
+  ``DeepSpeedZeroOptimizer``: ``bit16_groups`` whole, ``single_partition_of_fp32_groups``
+  sharded); ``copy_grads_in_partition`` keeps a 16-bit copy of the own partition's
+  gradients (``contiguous_gradients``, default on) and ``step`` casts that partition to an
+  fp32 gradient (4/N) before the update.
+* ``zero2``: 2 + 2/N + 12/N (same class, ``partition_gradients``).
+* ``zero3`` = ``fsdp``: (2 + 2 + 12)/N (``deepspeed/runtime/zero/stage3.py``,
+  ``DeepSpeedZeroOptimizer_Stage3``: ``fp16_partitioned_groups_flat``,
+  ``grad_partitions_flat_buffer`` in the gradient-accumulation dtype, which defaults to the
+  model dtype, ``DeepSpeedEngine.get_data_types``); ``step`` materialises an fp32 gradient
+  for one sub-group at a time (``sub_group_size``, 1e9 elements); the live gathered
+  parameters are the current module plus ``stage3_prefetch_bucket_size`` (5e7) elements.
+* ``hsdp``: ZeRO-3 within a node (MiCS, ``deepspeed/runtime/zero/mics.py``,
+  ``mics_shard_size`` = GPUs per node).
+* all stages: the gradient reduction bucket (``reduce_bucket_size``, 5e8 elements, 16-bit;
+  two of them with ``overlap_comm``, which defaults on only for stage 3 and where stage 3
+  allocates one, ``deepspeed/runtime/zero/config.py``, ``stage_1_and_2.py::setup_buckets``,
+  ``stage3.py`` IPG buffer).
+
+**megatron** (``--bf16`` sets ``accumulate_allreduce_grads_in_fp32``,
+``megatron/training/arguments.py``; Megatron's distributed-optimizer guide counts 18 bytes
+per parameter without and 6 + 12/N with it). bf16 parameters in a contiguous param
+buffer, fp32 ``main_grad`` buffer (``megatron/core/distributed/param_and_grad_buffer.py``:
+``grad_dtype = torch.float if grad_reduce_in_fp32``), fp32 main parameters and Adam
+moments in the optimizer.
+
+* ``none``: 2 + 4 + 12.
+* ``zero1``: the distributed optimizer, 2 + 4 + 12/N
+  (``megatron/core/optimizer/distrib_optimizer.py``,
+  ``DistributedOptimizer._build_model_and_main_param_groups``: ``shard_main_param`` per
+  rank; the gradient buffer stays whole, reduce-scattered in place).
+* ``zero2``: Megatron-FSDP ``optim_grads``, 2 + (4 + 12)/N.
+* ``zero3`` = ``fsdp``: Megatron-FSDP ``optim_grads_params``, (2 + 4 + 12)/N, two bf16
+  layers gathered (``megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py``,
+  double buffer).
+* ``hsdp``: Megatron-FSDP hybrid (outer data-parallel replicas across nodes).
+
+**torchtitan** (FSDP2 ``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=fp32)``, ``torchtitan/distributed/fsdp.py::apply_fsdp_to_decoder``): fp32
+sharded parameters, each block all-gathered in bf16 for its forward and backward, fp32
+gradients reduce-scattered, optimizer state sharded: 16/N plus two gathered bf16 blocks
+(fp8 with ``enable_fsdp_float8_all_gather``: the blocks are gathered in fp8).
+
+* ``none``: no FSDP: the PyTorch semantics above (autocast).
+* ``zero2``: ``reshard_after_forward=False``: the gathered bf16 parameters of the whole
+  stage stay from forward to backward.
+* ``zero3`` = ``fsdp``: as above. ``hsdp``: ``data_parallel_replicate_degree`` x shard.
+* ``zero1`` does not exist in torchtitan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuplan.errors import SpecError
+from gpuplan.estimate.frameworks import FRAMEWORKS
+from gpuplan.estimate.numerics import PrecisionBytes
+
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
+"""``reduce_bucket_size`` default (``deepspeed/runtime/zero/config.py``)."""
+DEEPSPEED_PREFETCH_BUCKET_ELEMENTS = 5e7
+"""``stage3_prefetch_bucket_size`` default (same file)."""
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
+"""``stage3_max_live_parameters`` default (same file)."""
+DEEPSPEED_SUB_GROUP_ELEMENTS = 1e9
+"""``sub_group_size`` default (same file): ZeRO-3 steps one sub-group at a time."""
+
+SHARDED_PARAMS = ("zero3", "fsdp", "hsdp")
+SHARDED_GRADS = ("zero2", *SHARDED_PARAMS)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StateLayout:
+    """Bytes per parameter element an engine keeps on one rank, and how each is split.
+
+    The ``*_ranks`` fields are divisors (1 = replicated on every rank).
+    """
+
+    engine: str
+    sharding: str
+    param_bytes: float
+    """Stored parameters (fp32 under autocast, 16-bit in DeepSpeed/Megatron)."""
+    param_ranks: int
+    grad_bytes: float
+    grad_ranks: int
+    optimizer_ranks: int
+    """Divisor of the optimizer state (master weights and moments)."""
+    master_bytes: float
+    """fp32 master copy kept by the optimizer (0 when the parameters are fp32)."""
+    state_bytes: int
+    """Bytes per element of each optimizer moment."""
+    compute_copy_bytes: float
+    """Autocast's cached low-precision copy of every weight (0 when none)."""
+    gather_bytes: float
+    """Bytes per element of a gathered (unsharded) layer; 0 when nothing is gathered."""
+    gathered_layers: float
+    """Layers gathered at once (current + prefetched)."""
+    gathered_extra_elements: float = 0.0
+    """Gathered elements beyond whole layers (DeepSpeed's prefetch bucket)."""
+    gathered_cap_elements: float = float("inf")
+    """Most gathered elements live at once (DeepSpeed's ``stage3_max_live_parameters``)."""
+    unsharded_compute_params: bool = False
+    """The gathered compute copy of the whole stage stays from forward to backward."""
+    grad_partition_copy_bytes: float = 0.0
+    """Per element / N: DeepSpeed's contiguous copy of the own partition's gradients."""
+    step_grad_bytes: float = 0.0
+    """Per element / optimizer_ranks: fp32 gradient materialised for the optimizer step."""
+    step_grad_cap_elements: float = float("inf")
+    """Most elements of that fp32 gradient at once (ZeRO-3 steps sub-group by sub-group)."""
+    bucket_bytes: float = 0.0
+    """Fixed bytes of gradient reduction buckets."""
+    ddp_bucket_copy: bool = False
+    """DDP keeps a bucket copy of the gradients (replicated data parallelism)."""
+    autocast: bool = True
+    """Whether the precision's autocast applies (the engine may cast the model to 16 bits)."""
+    notes: tuple[str, ...] = ()
+
+
+def _sixteen_bit(pb: PrecisionBytes) -> bool:
+    return pb.act == 2 and pb.param <= 4 and (pb.compute_copy > 0 or pb.param == 2)
+
+
+def check_sharding(framework: str, sharding: str) -> None:
+    """Raise a SpecError if ``framework`` has no ``sharding`` of that name."""
+    allowed = FRAMEWORKS[framework].shardings
+    if sharding not in allowed:
+        raise SpecError(
+            f"parallelism.sharding: {framework} has no {sharding}; allowed with "
+            f"framework {framework}: {', '.join(allowed)}"
+        )
+
+
+def state_layout(
+    framework: str, sharding: str, pb: PrecisionBytes, *, ranks: int, dp: int
+) -> StateLayout:
+    """What ``framework`` keeps per parameter under ``sharding`` over ``ranks`` shards.
+
+    ``ranks`` is the shard group (dp, or the node's data-parallel ranks under hsdp);
+    ``dp`` the data-parallel degree (replication only matters when dp > 1).
+    """
+    check_sharding(framework, sharding)
+    engine = FRAMEWORKS[framework].engine
+    n = ranks if dp > 1 else 1
+    p_ranks = n if sharding in SHARDED_PARAMS else 1
+    g_ranks = n if sharding in SHARDED_GRADS else 1
+    o_ranks = n if sharding != "none" else 1
+    sixteen = _sixteen_bit(pb)
+    if engine == "deepspeed" and sixteen:
+        return _deepspeed(sharding, pb, n, p_ranks, g_ranks, o_ranks)
+    if engine == "megatron" and sixteen:
+        return _megatron(sharding, pb, p_ranks, g_ranks, o_ranks)
+    if engine == "torchtitan" and sharding != "none" and pb.compute_copy:
+        return StateLayout(
+            engine=engine,
+            sharding=sharding,
+            param_bytes=4,
+            param_ranks=p_ranks if sharding != "zero2" else n,
+            grad_bytes=4,
+            grad_ranks=g_ranks,
+            optimizer_ranks=o_ranks,
+            master_bytes=0,
+            state_bytes=4,
+            compute_copy_bytes=0,
+            gather_bytes=pb.compute_copy,
+            gathered_layers=2,
+            unsharded_compute_params=sharding == "zero2",
+            notes=(
+                "torchtitan FSDP2: fp32 sharded parameters gathered in bf16 per block, "
+                "fp32 gradients reduce-scattered (MixedPrecisionPolicy)"
+                + (", reshard_after_forward=False" if sharding == "zero2" else ""),
+            ),
+        )
+    sharded = sharding in SHARDED_PARAMS and n > 1
+    return StateLayout(
+        engine="pytorch",
+        sharding=sharding,
+        param_bytes=pb.param,
+        param_ranks=p_ranks,
+        grad_bytes=pb.grad,
+        grad_ranks=g_ranks,
+        optimizer_ranks=o_ranks,
+        master_bytes=pb.master,
+        state_bytes=pb.state,
+        compute_copy_bytes=pb.compute_copy,
+        gather_bytes=(pb.compute_copy or pb.param) if sharded else 0,
+        gathered_layers=2 if sharded else 0,
+        ddp_bucket_copy=sharding == "none" and dp > 1,
+        autocast=pb.autocast,
+    )
+
+
+def _deepspeed(
+    sharding: str, pb: PrecisionBytes, n: int, p_ranks: int, g_ranks: int, o_ranks: int
+) -> StateLayout:
+    stage3 = sharding in SHARDED_PARAMS
+    buckets = 0.0
+    if sharding != "none":
+        buckets = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2
+    return StateLayout(
+        engine="deepspeed",
+        sharding=sharding,
+        param_bytes=2,
+        param_ranks=p_ranks,
+        grad_bytes=2,
+        grad_ranks=g_ranks,
+        optimizer_ranks=o_ranks,
+        master_bytes=4,
+        state_bytes=4,
+        compute_copy_bytes=0,
+        gather_bytes=2 if stage3 and n > 1 else 0,
+        gathered_layers=1 if stage3 and n > 1 else 0,
+        gathered_extra_elements=DEEPSPEED_PREFETCH_BUCKET_ELEMENTS if stage3 and n > 1 else 0,
+        gathered_cap_elements=DEEPSPEED_MAX_LIVE_PARAMETERS,
+        grad_partition_copy_bytes=2.0 if n > 1 and sharding == "zero1" else 0.0,
+        step_grad_bytes=4,
+        step_grad_cap_elements=DEEPSPEED_SUB_GROUP_ELEMENTS if stage3 else float("inf"),
+        bucket_bytes=buckets,
+        autocast=False,
+        notes=(
+            f"DeepSpeed {'ZeRO stage ' + sharding[-1] if sharding.startswith('zero') else sharding}"
+            ": 16-bit parameters and gradients, fp32 master weights and Adam moments"
+            + (" sharded" if sharding != "none" else "")
+            + (
+                f"; reduce bucket {DEEPSPEED_REDUCE_BUCKET_ELEMENTS:.0e} elements (default)"
+                if buckets
+                else ""
+            ),
+        ),
+    )
+
+
+def _megatron(
+    sharding: str, pb: PrecisionBytes, p_ranks: int, g_ranks: int, o_ranks: int
+) -> StateLayout:
+    gathered = sharding in SHARDED_PARAMS and p_ranks > 1
+    label = {
+        "none": "no distributed optimizer",
+        "zero1": "distributed optimizer",
+        "zero2": "Megatron-FSDP optim_grads",
+    }.get(sharding, "Megatron-FSDP optim_grads_params")
+    return StateLayout(
+        engine="megatron",
+        sharding=sharding,
+        param_bytes=2,
+        param_ranks=p_ranks,
+        grad_bytes=4,
+        grad_ranks=g_ranks,
+        optimizer_ranks=o_ranks,
+        master_bytes=4,
+        state_bytes=4,
+        compute_copy_bytes=1 if pb.compute_copy == 1 else 0,
+        gather_bytes=2 if gathered else 0,
+        gathered_layers=2 if gathered else 0,
+        autocast=False,
+        notes=(
+            f"Megatron {label}: bf16 parameters, fp32 main gradients, fp32 main parameters "
+            "and Adam moments" + (" sharded" if sharding != "none" else ""),
+        ),
+    )

@@ -1,0 +1,1 @@
+"""Inference serving: the service spec (sizing, pricing and packing live in their layers)."""

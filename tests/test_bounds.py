@@ -1,0 +1,160 @@
+"""Calibrated bounds: job classes, the fits/tight/no verdict, the JSON contract, planner risk."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+from gpuplan.catalog.loader import load_catalog
+from gpuplan.estimate import bounds as bnd
+from gpuplan.estimate.fit import fit
+from gpuplan.planner import PlanSettings, plan
+from gpuplan.planner.search import _sort_key
+from gpuplan.spec import load_spec, parse_spec
+
+EX = Path(__file__).resolve().parents[1] / "examples"
+SPEC = {
+    "model": "gpt2",
+    "method": "full",
+    "precision": "bf16-mixed",
+    "micro_batch_size": 2,
+    "seq_len": 512,
+}
+
+
+@pytest.mark.parametrize(
+    ("kw", "cls"),
+    [
+        ({"method": "full", "count": 1, "tp": 1, "pp": 1, "gpus_per_node": 1}, "single-gpu-full"),
+        ({"method": "lora", "count": 1, "tp": 1, "pp": 1, "gpus_per_node": 1}, "lora"),
+        ({"method": "qlora", "count": 2, "tp": 1, "pp": 1, "gpus_per_node": 8}, "qlora"),
+        ({"method": "full", "count": 8, "tp": 1, "pp": 1, "gpus_per_node": 8}, "data-parallel"),
+        ({"method": "lora", "count": 8, "tp": 2, "pp": 1, "gpus_per_node": 8}, "tp-pp"),
+        ({"method": "full", "count": 16, "tp": 8, "pp": 2, "gpus_per_node": 8}, "multi-node"),
+    ],
+)
+def test_job_class(kw: dict[str, object], cls: str) -> None:
+    assert bnd.job_class(**kw) == cls  # type: ignore[arg-type]
+
+
+def test_every_class_has_bounds_containing_the_estimate() -> None:
+    for kind in ("memory", "time"):
+        for cls in (*bnd.JOB_CLASSES, "unknown-class"):
+            b = bnd.bounds_for(kind, cls)  # type: ignore[arg-type]
+            assert b.lo <= 0 <= b.hi
+            lo, hi = b.around(100.0)
+            assert lo <= 100.0 <= hi
+            lo, hi = b.around_inverse(100.0)
+            assert lo <= 100.0 <= hi
+            assert "leave-one-source-out" in b.describe()
+
+
+def test_verdict_rules() -> None:
+    assert bnd.verdict(True, 90.0, 100.0) == "fits"
+    assert bnd.verdict(True, 110.0, 100.0) == "tight"
+    assert bnd.verdict(False, 90.0, 100.0) == "no"
+
+
+@pytest.fixture(scope="module")
+def cat():  # type: ignore[no-untyped-def]
+    return load_catalog(use_user=False)
+
+
+def test_fit_verdict_follows_the_upper_bound(cat) -> None:  # type: ignore[no-untyped-def]
+    spec = parse_spec(SPEC)
+    gpu = cat.gpu("A100-80GB")
+    point = fit(spec, gpu, 1).memory.device_used_bytes
+    upper = fit(spec, gpu, 1).bounds()["device_used_bytes"][1]
+    assert upper > point
+    assert fit(spec, gpu, 1, capacity=upper * 1.001).verdict == "fits"
+    tight = fit(spec, gpu, 1, capacity=(point + upper) / 2)
+    assert tight.verdict == "tight"
+    assert tight.memory.fits  # the point verdict is unchanged
+    assert fit(spec, gpu, 1, capacity=point * 0.99).verdict == "no"
+
+
+def test_estimate_json_has_bounds_and_verdict(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("estimate", str(EX / "llama3-8b-lora.yaml"), "--gpu", "H100-SXM", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    mem, t = data["memory"], data["time"]
+    assert mem["verdict"] in ("fits", "tight", "no")
+    assert isinstance(mem["fits"], bool)
+    assert set(mem["bounds"]) == {
+        "peak_allocated_bytes",
+        "peak_reserved_bytes",
+        "device_used_bytes",
+    }
+    for key, (lo, hi) in mem["bounds"].items():
+        assert lo <= mem[key] <= hi
+    assert set(t["bounds"]) == {
+        "step_time_s",
+        "tokens_per_s_per_gpu",
+        "samples_per_s",
+        "time_to_train_s",
+    }
+    for key, (lo, hi) in t["bounds"].items():
+        assert lo <= t[key] <= hi, key
+
+
+def test_fit_table_and_breakdown_show_the_verdict(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("fit", str(EX / "llama3-8b-lora.yaml"), "--gpu", "H100-SXM")
+    assert r.exit_code == 0, r.output
+    assert "80% range" in r.stdout
+    rows = json.loads(cli("fit", str(EX / "llama3-8b-lora.yaml"), "--json").stdout)
+    assert {row["verdict"] for row in rows} <= {"fits", "tight", "no"}
+    assert all(row["verdict"] == "no" for row in rows if not row["fits"])
+
+
+def _opt(cost: float, verdict: str, time_s: float = 1.0) -> object:
+    fit_ = types.SimpleNamespace(verdict=verdict)
+    return types.SimpleNamespace(
+        cost_total=cost,
+        time_s=time_s,
+        provider="p",
+        instance_type="i",
+        region="r",
+        billing_mode="spot",
+        nodes=1,
+        configuration=types.SimpleNamespace(fit=fit_),
+    )
+
+
+def test_tight_ranks_after_sure_at_equal_cost() -> None:
+    tight, sure, dearer = _opt(1.0, "tight", 0.5), _opt(1.0, "fits", 2.0), _opt(2.0, "fits")
+    ranked = sorted([dearer, tight, sure], key=lambda o: _sort_key("cost", o, "medium"))  # type: ignore[arg-type]
+    assert ranked == [sure, tight, dearer]
+    high = sorted([dearer, tight, sure], key=lambda o: _sort_key("cost", o, "high"))  # type: ignore[arg-type]
+    assert high == [tight, sure, dearer]
+
+
+def test_risk_low_keeps_only_sure_fits(cat) -> None:  # type: ignore[no-untyped-def]
+    spec = load_spec(EX / "llama3-8b-lora.yaml")
+    low = plan(spec, cat, PlanSettings(top=40, risk="low"))
+    assert low.options
+    assert {o.configuration.fit.verdict for o in low.options} == {"fits"}
+    medium = plan(spec, cat, PlanSettings(top=40))
+    for o in medium.options:
+        if o.configuration.fit.verdict == "tight":
+            assert "tight" in o.why and "ranked after sure options" in o.why
+            assert any("tight" in w for w in o.warnings)
+
+
+def test_plan_rejects_unknown_risk(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("plan", str(EX / "llama3-8b-lora.yaml"), "--risk", "yolo")
+    assert r.exit_code == 2
+    assert "--risk" in r.stderr
+
+
+def test_plan_json_and_html_show_the_verdict(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    html = tmp_path / "plan.html"
+    r = cli("plan", str(EX / "llama3-8b-lora.yaml"), "--json", "--top", "3", "--html", str(html))
+    assert r.exit_code == 0, r.output
+    for o in json.loads(r.stdout)["options"]:
+        assert o["verdict"] in ("fits", "tight")
+        lo, hi = o["device_used_bounds_bytes"]
+        assert lo <= o["device_used_bytes"] <= hi
+    assert "<th>memory</th>" in html.read_text()

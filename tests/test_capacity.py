@@ -1,0 +1,74 @@
+"""Capacity as the device reports it: memory.total from cited captures, beside the datasheet."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from gpuplan.catalog.loader import load_catalog
+from gpuplan.catalog.schema import GpuSpec
+from gpuplan.estimate.fit import fit
+from gpuplan.spec import parse_spec
+
+SAMPLES = (
+    Path(__file__).resolve().parents[1]
+    / ".."
+    / "shared"
+    / "reference"
+    / "nvidia-smi-samples"
+    / "derived"
+    / "query-gpu-9fields_all-captures.tsv"
+)
+
+
+def test_h100_capacity_is_the_driver_figure_beside_the_datasheet() -> None:
+    h100 = load_catalog(use_user=False).gpu("H100-SXM")
+    assert h100.memory_bytes == 80_000_000_000  # datasheet, kept
+    assert h100.capacity_bytes == 81559 * 2**20  # nvidia-smi memory.total
+    assert h100.capacity_basis == "device-reported"
+    assert h100.memory_total_source and "nvidia-smi-samples" in h100.memory_total_source
+
+
+@pytest.mark.parametrize(
+    ("gpu_id", "name"), [("H100-SXM", "H100 80GB HBM3"), ("H200", "H200"), ("L40S", "L40S")]
+)
+def test_catalog_matches_the_shared_captures(gpu_id: str, name: str) -> None:
+    if not SAMPLES.is_file():
+        pytest.skip("../shared reference captures absent")
+    totals = set()
+    with SAMPLES.open(encoding="utf-8") as fh:
+        for row in csv.DictReader(fh, delimiter="\t"):
+            cells = row["csv_row_with_units"].split(", ")
+            if cells[2] == f"NVIDIA {name}":
+                totals.add(int(cells[6].removesuffix(" MiB")))
+    assert totals == {load_catalog(use_user=False).gpu(gpu_id).memory_total_mib}
+
+
+def test_a_job_measured_at_74_gib_on_an_h100_is_not_refused_by_construction() -> None:
+    """Datasheet 74.5 GiB less 5% refused it; memory.total (79.6 GiB) less 5% does not."""
+    h100 = load_catalog(use_user=False).gpu("H100-SXM")
+    spec = parse_spec({"model": "llama-3-8b", "seq_len": 2048, "precision": "bf16-true"})
+    m = fit(spec, h100, 1).memory
+    used, old_margin = 74 * 2**30, 0.05  # the margin of before; today's default is 0
+    assert used > h100.memory_bytes * (1 - old_margin)
+    assert used < m.capacity_bytes * (1 - max(old_margin, m.safety_margin))
+    assert m.capacity_bytes == h100.capacity_bytes
+    assert m.capacity_basis == "device-reported"
+
+
+def test_without_a_capture_the_datasheet_is_used_and_said() -> None:
+    mi300 = load_catalog(use_user=False).gpu("MI300X")
+    spec = parse_spec({"model": "llama-3-8b", "seq_len": 2048, "method": "lora"})
+    m = fit(spec, mi300, 1).memory
+    assert m.capacity_bytes == mi300.memory_bytes and m.capacity_basis == "datasheet"
+    assert any("no nvidia-smi capture" in a for a in m.assumptions)
+
+
+def test_memory_total_needs_a_source_and_a_plausible_size() -> None:
+    h100 = load_catalog(use_user=False).gpu("H100-SXM").model_dump()
+    with pytest.raises(ValueError, match="memory_total_source"):
+        GpuSpec.model_validate({**h100, "memory_total_source": None})
+    with pytest.raises(ValueError, match="memory_bytes"):
+        GpuSpec.model_validate({**h100, "memory_total_mib": 8192})

@@ -1,0 +1,182 @@
+"""Leave-one-source-out error: source groups, per-fold refits, the validate report and gates."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuplan import holdout
+from gpuplan.estimate import calibration
+from gpuplan.estimate import overheads as ovh
+from gpuplan.validation import predict_memory, source_of
+
+REPO = Path(__file__).resolve().parents[1]
+FIELDS = (
+    "id,status,spec,gpu,count,metric,measured,unit,cuda_context_mib,source,what_was_measured,notes"
+)
+SPEC = "{model: gpt2, method: full, precision: bf16-mixed, micro_batch_size: 2, seq_len: 512}"
+
+
+@pytest.mark.parametrize(
+    ("source", "group"),
+    [
+        (
+            "github.com/mosaicml/llm-foundry : scripts/train/benchmarking/README.md (commit 8c8dd48f)",
+            "github.com/mosaicml/llm-foundry",
+        ),
+        (
+            "github.com/mlcommons/training_results_v4.0 (commit 6fe95437) : NVIDIA/results/eos/x",
+            "mlcommons:NVIDIA",
+        ),
+        (
+            "github.com/mlcommons/training_results_v3.0 (commit 63e326c4) : Dell/results/XE8545/y",
+            "mlcommons:Dell",
+        ),
+        ("The Llama 3 Herd of Models (arXiv:2407.21783, 2024-07), Table 4", "arXiv:2407.21783"),
+        (
+            'huggingface.co/mosaicml/mpt-7b model card ("trained on 440 A100-40GBs")',
+            "github.com/mosaicml/llm-foundry",
+        ),
+        (
+            "LLaMA-Factory wiki (github.com/hiyouga/LLaMA-Factory/wiki/x), as",
+            "github.com/hiyouga/LLaMA-Factory",
+        ),
+        ("a lab notebook (2026)", "a lab notebook"),
+    ],
+)
+def test_source_groups(source: str, group: str) -> None:
+    assert source_of({"source": source}) == group
+
+
+def _write(path: Path, rows: list[tuple[str, str, str, float]]) -> Path:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS.split(","))
+        w.writeheader()
+        for rid, source, metric, measured in rows:
+            w.writerow(
+                {
+                    "id": rid,
+                    "status": "ok",
+                    "spec": SPEC,
+                    "gpu": "A100-80GB",
+                    "count": "1",
+                    "metric": metric,
+                    "measured": f"{measured:.0f}",
+                    "unit": "B",
+                    "cuda_context_mib": "",
+                    "source": source,
+                    "what_was_measured": "test",
+                    "notes": "",
+                }
+            )
+    return path
+
+
+def _probe(metric: str, fraction: float) -> float:
+    row = {"id": "p", "spec": SPEC, "gpu": "A100-80GB", "count": "1", "metric": metric}
+    with holdout.reserve_fraction(fraction):
+        return predict_memory(row, REPO)[0]
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    """Two sources whose reserved memory matches reserve fractions 0.10 and 0.20."""
+    (tmp_path / "validation").mkdir()
+    a, b = _probe("reserved", 0.10), _probe("reserved", 0.20)
+    return _write(
+        tmp_path / "validation" / "memory.csv",
+        [
+            ("a1", "github.com/x/a", "reserved", a),
+            ("a2", "github.com/x/a", "reserved", a),
+            ("b1", "github.com/y/b", "reserved", b),
+            ("b2", "github.com/y/b", "reserved", b),
+        ],
+    )
+
+
+def test_memory_folds_refit_without_the_held_out_source(table: Path) -> None:
+    before = ovh.ALLOCATOR_RESERVE_FRACTION
+    loso = holdout.memory_loso(table)
+    assert before == ovh.ALLOCATOR_RESERVE_FRACTION  # restored
+    name = "overheads.ALLOCATOR_RESERVE_FRACTION"
+    # each source is predicted with the fraction the other source implies
+    assert loso.fold_params["github.com/x/a"][name] == pytest.approx(0.20)
+    assert loso.fold_params["github.com/y/b"][name] == pytest.approx(0.10)
+    errors = {r.id: r.error for r in loso.report.rows}
+    assert errors["a1"] is not None and errors["a1"] > 0.05  # over: fitted on b
+    assert errors["b1"] is not None and errors["b1"] < -0.05  # under: fitted on a
+    (const,) = loso.constants
+    assert const.name == name and len(const.rows) == 4
+
+
+def test_validate_reports_loso_constants_and_coverage(cli, table: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("validate", "memory", "--table", str(table), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["loso"]["summary"]["rows"] == 4
+    assert data["loso"]["summary"]["median_abs_error"] > data["summary"]["median_abs_error"]
+    (const,) = data["fitted_constants"]
+    assert const["fitted_on_rows"] == 4 and set(const["rows"]) == {"a1", "a2", "b1", "b2"}
+    assert {"inside", "inside_held_out", "median_half_width", "rows"} <= set(data["coverage"])
+
+
+def test_loso_gates(cli, table: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("validate", "memory", "--table", str(table), "--max-loso-median", "0.001")
+    assert r.exit_code == 1
+    assert "leave-one-source-out" in r.stderr
+    ok = cli("validate", "memory", "--table", str(table), "--max-loso-median", "5")
+    assert ok.exit_code == 0
+
+
+def test_training_without_stored_folds_says_so(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "validation").mkdir()
+    table = tmp_path / "validation" / "training.csv"
+    lines = (REPO / "validation" / "training.csv").read_text().splitlines()
+    ok_row = next(ln for ln in lines[1:] if ",ok," in ln)  # an empty table is an error of its own
+    table.write_text(lines[0] + "\n" + ok_row + "\n")
+    assert holdout.training_loso(table) is None
+    r = cli("validate", "training", "--table", str(table), "--max-loso-median", "0.5")
+    assert r.exit_code == 1
+    assert "no stored folds" in r.stderr
+
+
+def test_stored_folds_cover_the_training_table() -> None:
+    loso = holdout.training_loso(REPO / "validation" / "training.csv")
+    assert loso is not None
+    assert loso.stale == ""
+    assert all(r.source for r in loso.report.rows)
+    assert {c.name for c in loso.constants} >= {"Hopper.gemm", "overlap.tensor_parallel"}
+
+
+def test_efficiencies_with_sets_flattened_names() -> None:
+    base = calibration.efficiencies()
+    effs = holdout.efficiencies_with(base, {"Hopper.gemm": 0.3, "overlap.tensor_parallel": 0.1})
+    assert holdout.param_value(effs, "Hopper.gemm") == 0.3
+    assert holdout.param_value(effs, "overlap.tensor_parallel") == 0.1
+    assert holdout.param_value(base, "Hopper.gemm") != 0.3 or base.archs["Hopper"].gemm == 0.3
+
+
+def test_quantile_interpolates() -> None:
+    assert holdout.quantile([0.0, 1.0], 0.5) == 0.5
+    assert holdout.quantile([3.0, 1.0, 2.0], 0.0) == 1.0
+    assert holdout.quantile([3.0, 1.0, 2.0], 1.0) == 3.0
+
+
+def test_outer_quantiles_keep_the_nominal_share_inside() -> None:
+    values = [float(i) for i in range(13)]
+    lo, hi = holdout.outer_quantiles(values, 0.1, 0.9)
+    assert sum(lo <= v <= hi for v in values) / len(values) >= 0.8
+    assert holdout.outer_quantiles([float(i) for i in range(11)], 0.1, 0.9) == (1.0, 9.0)
+
+
+def test_class_bounds_pool_small_classes() -> None:
+    residuals = [("lora", 0.01 * i) for i in range(10)] + [("qlora", 0.5)] * 3
+    table = holdout.class_bounds(residuals)
+    assert table["classes"]["qlora"] == {"pooled": True, "rows": 3}
+    assert table["classes"]["lora"]["rows"] == 10
+    lo, hi = holdout.band_of(table, "lora")
+    assert lo == 0.0 and hi == pytest.approx(0.09)  # contains the point estimate (0)
+    assert holdout.band_of(table, "qlora") == holdout.band_of(table, "no-such-class") != (lo, hi)

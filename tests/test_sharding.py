@@ -1,0 +1,174 @@
+"""Engine-true sharding: what DeepSpeed, Megatron, torchtitan and PyTorch keep per parameter."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gpuplan.catalog.loader import load_catalog
+from gpuplan.catalog.schema import GpuSpec
+from gpuplan.errors import GpuPlanError
+from gpuplan.estimate import memory
+from gpuplan.estimate.fit import fit, model_shape
+from gpuplan.estimate.numerics import PRECISIONS
+from gpuplan.estimate.sharding import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, state_layout
+from gpuplan.spec import parse_spec
+
+BF16 = PRECISIONS["bf16-mixed"]
+
+
+@pytest.fixture(scope="module")
+def a100() -> GpuSpec:
+    return load_catalog(use_user=False).gpu("A100-80GB")
+
+
+def _per_param(framework: str, sharding: str, n: int) -> float:
+    """Bytes per parameter of model state (params, grads, master, moments) on one rank."""
+    lay = state_layout(framework, sharding, BF16, ranks=n, dp=n)
+    return (
+        lay.param_bytes / lay.param_ranks
+        + lay.grad_bytes / lay.grad_ranks
+        + (lay.master_bytes + 2 * lay.state_bytes) / lay.optimizer_ranks
+    )
+
+
+@pytest.mark.parametrize(
+    ("framework", "sharding", "expected"),
+    [
+        # ZeRO paper (Rajbhandari et al. 2020): 2 + 2 + 12/N, 2 + (2 + 12)/N, (2 + 2 + 12)/N
+        ("deepspeed", "none", 16),
+        ("deepspeed", "zero1", 2 + 2 + 12 / 64),
+        ("deepspeed", "zero2", 2 + (2 + 12) / 64),
+        ("deepspeed", "zero3", 16 / 64),
+        # Megatron distributed-optimizer guide: 18 without, 6 + 12/N with it
+        ("megatron", "none", 18),
+        ("megatron", "zero1", 6 + 12 / 64),
+        # torchtitan FSDP2: fp32 shards, fp32 grads, fp32 moments
+        ("torchtitan", "fsdp", 16 / 64),
+        # PyTorch AMP: fp32 params and grads (the bf16 copy is counted separately)
+        ("hf", "none", 16),
+        ("hf", "zero1", 8 + 8 / 64),
+        ("hf", "zero3", 16 / 64),
+    ],
+)
+def test_bytes_per_parameter_are_the_engines(
+    framework: str, sharding: str, expected: float
+) -> None:
+    assert _per_param(framework, sharding, 64) == pytest.approx(expected)
+
+
+def test_hsdp_shards_within_the_node_only() -> None:
+    lay = state_layout("hf", "hsdp", BF16, ranks=8, dp=64)
+    assert lay.param_ranks == lay.grad_ranks == lay.optimizer_ranks == 8
+
+
+def _full(framework: str, sharding: str, **kw: object):  # type: ignore[no-untyped-def]
+    data: dict[str, object] = {
+        "model": "llama-2-7b",
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+        "micro_batch_size": 1,
+        "activation_checkpointing": "full",
+        "framework": framework,
+        "parallelism": {"sharding": sharding},
+    }
+    data.update(kw)
+    return parse_spec(data)
+
+
+def test_deepspeed_zero1_is_about_half_of_pytorch_amp(a100: GpuSpec) -> None:
+    """The issue's example: a 7B full fine-tune with zero1 on 64 A100-80GB."""
+    amp = fit(_full("hf", "zero1"), a100, 64).memory
+    ds = fit(_full("deepspeed", "zero1"), a100, 64).memory
+    # the issue measured 70.6 GiB with an 8% allocator reserve; it is refitted (7%) since
+    assert amp.device_used_bytes / 2**30 == pytest.approx(70.6, abs=1.0)
+    assert 0.4 < ds.device_used_bytes / amp.device_used_bytes < 0.55
+    assert ds.details["gradients: reduction buckets"] == DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2
+    params = model_shape("llama-2-7b").params_total
+    assert ds.details["weights: parameters"] == pytest.approx(params * 2)
+
+
+def test_megatron_distributed_optimizer_keeps_fp32_grads_whole(a100: GpuSpec) -> None:
+    m = fit(_full("megatron", "zero1"), a100, 64).memory
+    params = model_shape("llama-2-7b").params_total
+    assert m.details["gradients"] == pytest.approx(params * 4)
+    assert m.details["optimizer: state"] == pytest.approx(params * 12 / 64)
+
+
+def test_torchtitan_has_no_zero1(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "model: llama-3-8b\nseq_len: 2048\nframework: torchtitan\nparallelism: {sharding: zero1}\n"
+    )
+    result = cli("fit", str(path), "--gpu", "H100-SXM", "--gpus", "8")
+    assert result.exit_code == 2
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "torchtitan has no zero1" in lines[0]
+
+
+def test_auto_layouts_skip_shardings_the_engine_lacks(a100: GpuSpec) -> None:
+    from gpuplan.estimate.fit import candidate_strategies
+
+    spec = parse_spec({"model": "llama-3-8b", "seq_len": 2048, "framework": "torchtitan"})
+    shardings = {st.sharding for st in candidate_strategies(spec, 8, model_shape("llama-3-8b"))}
+    assert "zero1" not in shardings and "zero3" in shardings
+
+
+def test_hsdp_on_one_node_equals_fsdp(a100: GpuSpec) -> None:
+    fsdp = fit(_full("hf", "fsdp"), a100, 8).memory
+    hsdp = fit(_full("hf", "hsdp"), a100, 8).memory
+    assert hsdp.device_used_bytes == pytest.approx(fsdp.device_used_bytes)
+    two_nodes = fit(_full("hf", "hsdp"), a100, 16).memory
+    assert two_nodes.details["optimizer: state"] == pytest.approx(fsdp.details["optimizer: state"])
+
+
+def test_a_renamed_display_label_changes_no_number(
+    a100: GpuSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The totals come from typed fields; details labels are display only."""
+    spec = _full("deepspeed", "zero2")
+    before = fit(spec, a100, 8).memory
+    real = memory.weight_bytes
+
+    def renamed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        w = real(*args, **kwargs)
+        return dataclasses.replace(w, lines=tuple((f"renamed {k}", v) for k, v in w.lines))
+
+    monkeypatch.setattr(memory, "weight_bytes", renamed)
+    after = fit(spec, a100, 8).memory
+    assert "renamed weights: parameters" in after.details
+    assert after.device_used_bytes == before.device_used_bytes
+    assert after.breakdown == before.breakdown
+
+
+def test_unknown_framework_is_a_one_line_error() -> None:
+    with pytest.raises(GpuPlanError, match="framework"):
+        parse_spec({"model": "llama-3-8b", "framework": "jax"})
+
+
+def test_a_compiled_loss_writes_the_logits_gradient_in_16_bits(a100: GpuSpec) -> None:
+    """torch.compile fuses the upcast and log-softmax backward: no fp32 logits gradient."""
+    kw = {"model": "llama-3.2-3b", "seq_len": 4096, "micro_batch_size": 2, "precision": "bf16-true"}
+    eager = fit(parse_spec(kw), a100).memory
+    compiled = fit(parse_spec({**kw, "compile": True}), a100).memory
+    tokens, vocab = 2 * 4096, model_shape("llama-3.2-3b").vocab
+    key = "activations: loss/logits gradients (start of backward)"
+    assert eager.details[key] == pytest.approx(tokens * vocab * 6)
+    assert compiled.details[key] == pytest.approx(tokens * vocab * 2)
+
+
+def test_transformer_engine_keeps_no_fp32_norm_copies_nor_repeated_kv() -> None:
+    from gpuplan.estimate.activations import Numerics, Trainable, layer_items
+
+    shape = model_shape("llama-3-8b")
+    kw = {"seq": 2048, "fused_attention": True}
+    hf = layer_items(shape, Numerics(act_bytes=2, autocast=False), Trainable(full=True), **kw)
+    te = layer_items(
+        shape, Numerics(act_bytes=2, autocast=False, fused_kernels=True), Trainable(full=True), **kw
+    )
+    assert any("rmsnorm fp32" in i.name for i in hf)
+    assert not any("fp32" in i.name for i in te)
+    qkv = {i.name: i.bytes_per_token for i in te}["attn q, k, v (SDPA inputs)"]
+    assert qkv == 2 * (shape.heads + 2 * shape.kv_heads) * shape.head_dim
+    assert sum(i.bytes_per_token for i in te) < sum(i.bytes_per_token for i in hf)
