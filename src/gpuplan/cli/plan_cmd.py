@@ -197,7 +197,7 @@ def plan_rows(result: Any) -> list[tuple[str, ...]]:
     """One row of cells per shown option, best first (see :func:`plan_columns`)."""
     from gpuplan.units import format_duration
 
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for i, o in enumerate(result.options, 1):
         per_m = o.cost_per_million_tokens
         bound = "*" if not o.cost.complete else ""

@@ -8,7 +8,6 @@ from typing import Any
 from gpuplan.cost import CostBreakdown
 from gpuplan.estimate.configure import Configuration
 
-
 DEFAULT_MAX_GPUS = 64
 """GPUs per option when neither the spec nor the caller sets a limit."""
 
