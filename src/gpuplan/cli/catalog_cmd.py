@@ -346,7 +346,12 @@ def import_skypilot(
     ] = None,
     as_of: Annotated[
         str | None,
-        typer.Option("--as-of", help="Date of the prices, YYYY-MM-DD (default: file date)."),
+        typer.Option(
+            "--as-of",
+            help="Date the prices were read at the source, YYYY-MM-DD. SkyPilot catalogs "
+            "record no date, so without it the rows get as_of: unknown and plans warn "
+            "that their age is unknown.",
+        ),
     ] = None,
     catalog: CatalogOpt = None,
 ) -> None:
@@ -364,6 +369,7 @@ def import_skypilot(
     result = convert_vms_csv(path, cat, provider=provider, as_of=date)
     write_atomically(out, dump_catalog_file(result.catalog))
     n = len(result.catalog.offerings)
-    typer.echo(f"wrote {n} offerings from {result.rows_read} rows to {out}")
+    when = f"as of {date}" if date else "as_of: unknown (pass --as-of DATE to record it)"
+    typer.echo(f"wrote {n} offerings from {result.rows_read} rows to {out}, {when}")
     for reason, count in sorted(result.skipped.items()):
         typer.echo(f"  skipped {count}: {reason}")

@@ -485,7 +485,7 @@ def _option(
         cost=cost,
         time_s=wall,
         tokens=tokens,
-        price_as_of=(price.as_of or off.as_of).isoformat(),
+        price_as_of=str(price.as_of or off.as_of),
         price_source=price.source or off.source,
     )
 
