@@ -17,7 +17,7 @@ import typer
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from gpuplan.report.table import Column
+    from gpuplan.report.table import Column, Layout
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -101,23 +101,26 @@ def print_table(
     title: str | None = None,
     wide: bool = False,
     out: Any = None,
-) -> None:
-    """Print a table that fits the terminal (all columns with ``--wide`` or on a pipe)."""
+) -> Layout:
+    """Print a table that fits the terminal (all columns with ``--wide`` or on a pipe);
+    returns the layout used (which columns were shown)."""
     from gpuplan.report.table import fit_columns, render_table
 
     out = out or console()
     full = wide or not out.is_terminal
     table = render_table(columns, rows, width=out.width, wide=full, title=title)
+    layout = fit_columns(columns, rows, out.width, wide=full)
     if not full:
         out.print(table)
-        return
-    need = fit_columns(columns, rows, None).total
+        return layout
+    need = layout.total
     saved = out.width
     out.width = max(saved, need)  # a pipe gets the whole table, never wrapped at 80
     try:
         out.print(table)
     finally:
         out.width = saved
+    return layout
 
 
 @contextmanager

@@ -247,7 +247,7 @@ def _print_plan(result: Any, spec: Any, html: Path | None, wide: bool = False) -
     out = console()
     if result.options:
         out.print(f"[bold]{verdict_line(result)}[/bold]", highlight=False)
-    print_table(
+    layout = print_table(
         plan_columns(cur),
         plan_rows(result),
         title=f"{spec.model} ({spec.method}) - best by {result.objective}, {cur}; "
@@ -272,7 +272,9 @@ def _print_plan(result: Any, spec: Any, html: Path | None, wide: bool = False) -
         out.print(
             "* cost is a lower bound: some parts (storage, egress) have no catalog rate; see --json"
         )
-    if any(len(o.price_regions) > 1 or o.priced_regions > 1 for o in result.options):
+    if "region" not in layout.dropped and any(
+        len(o.price_regions) > 1 or o.priced_regions > 1 for o in result.options
+    ):
         out.print(
             "  region: the cheapest allowed region of each offering; +N = more regions at the "
             "same price (--json: price_regions, other_regions_priced)",
