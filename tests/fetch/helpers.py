@@ -31,13 +31,13 @@ def fetched(prices: list[dict[str, Any]], mode: str, region: str) -> dict[str, A
 
 def check_loads_and_plans(
     cli: Any, out: Path, *, provider: str, region: str, instance_type: str, mode: str,
-    amount: float, currency: str,
+    amount: float, currency: str, spec: Path = LORA,
 ) -> None:  # fmt: skip
     """`catalog validate FILE` passes; a plan in that region picks the fetched price."""
     result = cli("catalog", "validate", str(out))
     assert result.exit_code == 0, result.stdout
     result = cli(
-        "plan", str(LORA), "--catalog", str(out), "--json", "--top", "500",
+        "plan", str(spec), "--catalog", str(out), "--json", "--top", "500",
         "--set", f"constraints.providers=[{provider}]",
         "--set", f"constraints.regions=[{region}]",
         "--set", f"constraints.currency={currency}",
