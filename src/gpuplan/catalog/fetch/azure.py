@@ -83,8 +83,8 @@ def fetch(
     )
     wanted = {o.instance_type.lower(): o.instance_type for o in templates}
     base = (req.endpoint or DEFAULT_ENDPOINT).rstrip("/")
-    quotes: list[Quote] = []
-    seen: set[tuple[str, str, str]] = set()
+    # (type, region, mode) -> (effectiveStartDate, quote): the latest meter wins
+    best: dict[tuple[str, str, str], tuple[str, Quote]] = {}
     for i, region in enumerate(regions):
         query = {"$filter": _filter(region, sorted(wanted.values()))}
         if req.currency:
@@ -107,10 +107,12 @@ def fetch(
                 if itype is None or got is None or item.get("armRegionName") != region:
                     continue
                 mode, amount, unit = got
-                if (itype, region, mode) in seen:
-                    continue  # first listed wins (the API lists the current meter first)
-                seen.add((itype, region, mode))
-                quotes.append(
+                start = str(item.get("effectiveStartDate", ""))
+                key = (itype, region, mode)
+                if key in best and best[key][0] >= start:
+                    continue
+                best[key] = (
+                    start,
                     Quote(
                         instance_type=itype,
                         region=region,
@@ -119,11 +121,12 @@ def fetch(
                         unit=unit,  # type: ignore[arg-type]
                         currency=str(item.get("currencyCode", "USD")),
                         action=ACTION,
-                    )
+                    ),
                 )
             nxt = page.get("NextPageLink")
             url = _rebase(str(nxt), base) if nxt else None
         tick(progress, i + 1, len(regions), region)
+    quotes = [q for _, q in best.values()]
     return FetchOutcome(quotes=tuple(quotes), regions_asked=regions, modes=MODES)
 
 

@@ -19,6 +19,7 @@ from gpuplan.catalog.fetch.common import FetchOutcome, Quote
 from gpuplan.catalog.schema import CatalogFile, Offering, Price
 
 PLACEHOLDER_REGIONS = ("unspecified",)
+"""Region names that stand for "not known"; dropped (with their prices) once real regions are fetched."""
 
 
 def template_offerings(
@@ -112,7 +113,10 @@ def build_overrides(
                 continue  # re-derived from its rule when the file is loaded
             full = _explicit(off, price)
             regions = tuple(
-                r for r in full.regions if not (r in asked and price.mode in replaced_modes)
+                r
+                for r in full.regions
+                if r not in PLACEHOLDER_REGIONS
+                and not (r in asked and price.mode in replaced_modes)
             )
             if regions:
                 kept.append(full.model_copy(update={"regions": regions}))
