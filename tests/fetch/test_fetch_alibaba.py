@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.fetch.conftest import Call, FakeApi, fixture_json, json_reply
+from tests.fetch.fakeapi import Call, FakeApi, fixture_json, json_reply
 from tests.fetch.helpers import check_loads_and_plans, fetched, prices_of, written
 
 pytest.importorskip("alibabacloud_ecs20140526")

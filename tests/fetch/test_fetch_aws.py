@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.fetch.conftest import DATA, Call, FakeApi, fixture_json, json_reply
+from tests.fetch.fakeapi import DATA, Call, FakeApi, fixture_json, json_reply
 from tests.fetch.helpers import check_loads_and_plans, fetched, prices_of, written
 
 pytest.importorskip("boto3")

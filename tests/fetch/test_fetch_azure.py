@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.fetch.conftest import Call, FakeApi, fixture_json, json_reply
+from tests.fetch.fakeapi import Call, FakeApi, fixture_json, json_reply
 from tests.fetch.helpers import check_loads_and_plans, fetched, prices_of, written
 
 A100 = "Standard_NC24ads_A100_v4"

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.fetch.conftest import Call, FakeApi, json_reply
+from tests.fetch.fakeapi import Call, FakeApi, json_reply
 
 from gpuplan.catalog.fetch.common import (
     FetchError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.fetch.conftest import Call, FakeApi, fixture_json, json_reply
+from tests.fetch.fakeapi import Call, FakeApi, fixture_json, json_reply
 from tests.fetch.helpers import REPO, check_loads_and_plans, fetched, prices_of, written
 
 pytest.importorskip("tencentcloud.cvm")

@@ -95,13 +95,16 @@ def fetch(
     )
     files = [catalog] if catalog is not None else []
     if sys.stderr.isatty():
+        from rich.console import Console
         from rich.progress import Progress
 
-        with Progress(transient=True) as bar:
+        with Progress(console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task(f"{provider} prices", total=None)
 
             def progress(done: int, total: int, what: str) -> None:
-                bar.update(task, completed=done, total=total, description=f"{provider} {what}")
+                bar.update(
+                    task, completed=done, total=total or None, description=f"{provider} {what}"
+                )
 
             result = fetch_overrides(provider, req, catalog_files=files, progress=progress)
     else:
@@ -113,6 +116,9 @@ def fetch(
         f"wrote {len(result.catalog.offerings)} offerings ({n_prices} prices from "
         f"{len({q.region for q in result.outcome.quotes})} regions) to {out}"
     )
+    unpriced = sorted(set(result.outcome.regions_asked) - {q.region for q in result.outcome.quotes})
+    if unpriced:
+        typer.echo(f"  no price for the types asked in: {', '.join(unpriced)}")
     for line in result.outcome.skipped:
         typer.echo(f"  skipped: {line}")
 

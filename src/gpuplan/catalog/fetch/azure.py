@@ -37,7 +37,7 @@ REGIONS = (
     "austriaeast", "belgiumcentral", "brazilsouth", "brazilsoutheast", "canadacentral",
     "canadaeast", "centralindia", "centralus", "chilecentral", "eastasia", "eastus", "eastus2",
     "francecentral", "francesouth", "germanynorth", "germanywestcentral", "indonesiacentral",
-    "israelcentral", "italynorth", "japaneast", "japanwest", "koreacentral", "koreasouth",
+    "israelcentral", "italynorth", "japaneast", "jioindiacentral", "jioindiawest", "japanwest", "koreacentral", "koreasouth",
     "malaysiawest", "mexicocentral", "newzealandnorth", "northcentralus", "northeurope",
     "norwayeast", "norwaywest", "polandcentral", "qatarcentral", "southafricanorth",
     "southafricawest", "southcentralus", "southeastasia", "southindia", "spaincentral",
