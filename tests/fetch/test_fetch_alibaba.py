@@ -6,8 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.fetch.fakeapi import Call, FakeApi, fixture_json, json_reply
-from tests.fetch.helpers import check_loads_and_plans, fetched, prices_of, written
+from fetch_fakeapi import (
+    Call,
+    FakeApi,
+    fake_api_fixture,  # noqa: F401 - the fake_api fixture
+    fixture_json,
+    json_reply,
+)
+from fetch_helpers import check_loads_and_plans, fetched, prices_of, written
 
 pytest.importorskip("alibabacloud_ecs20140526")
 

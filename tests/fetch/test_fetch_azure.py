@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.fetch.fakeapi import Call, FakeApi, fixture_json, json_reply
-from tests.fetch.helpers import check_loads_and_plans, fetched, prices_of, written
+from fetch_fakeapi import (
+    Call,
+    FakeApi,
+    fake_api_fixture,  # noqa: F401 - the fake_api fixture
+    fixture_json,
+    json_reply,
+)
+from fetch_helpers import check_loads_and_plans, fetched, prices_of, written
 
 A100 = "Standard_NC24ads_A100_v4"
 

@@ -7,7 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.fetch.fakeapi import Call, FakeApi, json_reply
+from fetch_fakeapi import (
+    Call,
+    FakeApi,
+    fake_api_fixture,  # noqa: F401 - the fake_api fixture
+    json_reply,
+)
 
 from gpuplan.catalog.fetch.common import (
     FetchError,

@@ -5,8 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.fetch.fakeapi import Call, FakeApi, fixture_json, json_reply
-from tests.fetch.helpers import check_loads_and_plans, fetched, prices_of, written
+from fetch_fakeapi import (
+    Call,
+    FakeApi,
+    fake_api_fixture,  # noqa: F401 - the fake_api fixture
+    fixture_json,
+    json_reply,
+)
+from fetch_helpers import check_loads_and_plans, fetched, prices_of, written
 
 A3 = "a3-highgpu-8g"
 # 8 GPUs x 9.79655057 + 208 vCPUs x 0.02292442 + 1872 GiB x 0.00307202 (on-demand, us-central1)

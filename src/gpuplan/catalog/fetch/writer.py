@@ -5,7 +5,8 @@ so each written offering keeps the catalog's shape (GPU, count, vCPUs...) and
 the catalog's prices for the regions and modes that were *not* fetched, each
 with its own source; in the regions asked, the fetched modes are replaced by the
 API's answer (``source: api:<provider>:<action>``, ``source_kind: api``,
-``as_of``: the fetch date; the fetch time is in the row's notes).
+``as_of``: the fetch date in local time, as ``catalog validate`` compares dates
+with today's local date; the fetch time, UTC, is in the row's notes).
 """
 
 from __future__ import annotations
@@ -132,10 +133,10 @@ def build_overrides(
             off.model_copy(
                 update={
                     "regions": regions,
-                    "prices": (*kept, *_fetched_prices(quotes, provider, now.date())),
+                    "prices": (*kept, *_fetched_prices(quotes, provider, now.astimezone().date())),
                     "source": f"api:{provider} ({', '.join(actions)}); shape: {off.source}",
                     "source_kind": "api",
-                    "as_of": now.date(),
+                    "as_of": now.astimezone().date(),
                     "compliance_references": {},
                     "notes": f"prices fetched {stamp} by `gpuplan catalog fetch {provider}` in "
                     f"{', '.join(sorted(fetched_regions))}; other regions/modes keep the "

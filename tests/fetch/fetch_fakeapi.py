@@ -1,5 +1,8 @@
 """A fake price API: a threaded HTTP server on 127.0.0.1 that records what it receives.
 
+Test modules import the ``fake_api`` fixture from here (no conftest in this folder, so
+that ``from conftest import ...`` in the other tests keeps meaning ``tests/conftest.py``).
+
 Each test gives a ``respond(call) -> (status, content_type, body)`` function; the
 real client library is pointed at the server's URL, so the requests checked here
 are the ones the SDK really sends (action names, parameters).
@@ -15,6 +18,8 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 DATA = Path(__file__).parent / "data"
 
@@ -63,8 +68,9 @@ def json_reply(obj: Any, status: int = 200) -> tuple[int, str, bytes]:
     return status, "application/json", json.dumps(obj).encode()
 
 
-def serve() -> Iterator[FakeApi]:
-    """Run a fake API until the generator is closed (wrapped as the ``fake_api`` fixture)."""
+@pytest.fixture(name="fake_api")
+def fake_api_fixture() -> Iterator[FakeApi]:
+    """A threaded HTTP server on 127.0.0.1 (port 0) answering with the test's responder."""
     calls: list[Call] = []
     responder: list[Responder] = [lambda call: json_reply({})]
 
