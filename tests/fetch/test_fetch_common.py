@@ -140,3 +140,16 @@ def test_per_request_timeout(cli, fake_api: FakeApi, tmp_path: Path) -> None:  #
     assert result.exit_code == 2
     assert "cannot reach the price API" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_writer_keeps_prices_of_a_region_asked_but_not_priced() -> None:
+    quote = Quote(
+        instance_type="ex.1", region="r1", mode="spot", amount=0.5, unit="per_hour",
+        currency="USD", action="Price",
+    )  # fmt: skip
+    outcome = FetchOutcome(quotes=(quote,), regions_asked=("r1", "r2"), modes=("on-demand", "spot"))
+    (off,) = build_overrides("example", [_template()], outcome, now=NOW).offerings
+    modes = {(p.mode, r) for p in off.prices for r in p.regions}
+    assert ("on-demand", "r2") in modes  # r2 asked, nothing priced: the catalog's price stays
+    assert ("on-demand", "r1") not in modes  # r1 priced spot only: on-demand is not sold there
+    assert ("spot", "r1") in modes

@@ -3,8 +3,10 @@
 An overrides row replaces every built-in row of its provider and instance type,
 so each written offering keeps the catalog's shape (GPU, count, vCPUs...) and
 the catalog's prices for the regions and modes that were *not* fetched, each
-with its own source; in the regions asked, the fetched modes are replaced by the
-API's answer (``source: api:<provider>:<action>``, ``source_kind: api``,
+with its own source. In each region where the API priced the instance type, the
+modes the fetcher asks are replaced by the API's answer (a mode it did not
+price there is dropped: not sold); a region asked where the API priced nothing
+for that type keeps the catalog's prices (their source and date show their age) (``source: api:<provider>:<action>``, ``source_kind: api``,
 ``as_of``: the fetch date in local time, as ``catalog validate`` compares dates
 with today's local date; the fetch time, UTC, is in the row's notes).
 """
@@ -99,7 +101,6 @@ def build_overrides(
     by_type: dict[str, list[Quote]] = defaultdict(list)
     for q in outcome.quotes:
         by_type[q.instance_type.lower()].append(q)
-    asked = set(outcome.regions_asked)
     replaced_modes = set(outcome.modes)
     stamp = now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     offerings = []
@@ -117,7 +118,7 @@ def build_overrides(
                 r
                 for r in full.regions
                 if r not in PLACEHOLDER_REGIONS
-                and not (r in asked and price.mode in replaced_modes)
+                and not (r in fetched_regions and price.mode in replaced_modes)
             )
             if regions:
                 kept.append(full.model_copy(update={"regions": regions}))
