@@ -110,7 +110,7 @@ def fetch_overrides(
             hint="try another --region, or leave out --gpu",
         )
     priced = {q.region for q in outcome.quotes}
-    empty = [r for r in req.regions if r not in priced and r in outcome.regions_asked]
+    empty = [r for r in outcome.regions_asked if r not in priced] if req.regions else []
     if empty:
         raise FetchError(
             f"{provider}: region {empty[0]} sells none of the {len(templates)} instance types "
