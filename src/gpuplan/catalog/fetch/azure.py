@@ -37,13 +37,13 @@ REGIONS = (
     "austriaeast", "belgiumcentral", "brazilsouth", "brazilsoutheast", "canadacentral",
     "canadaeast", "centralindia", "centralus", "chilecentral", "eastasia", "eastus", "eastus2",
     "francecentral", "francesouth", "germanynorth", "germanywestcentral", "indonesiacentral",
-    "israelcentral", "italynorth", "japaneast", "jioindiacentral", "jioindiawest", "japanwest", "koreacentral", "koreasouth",
-    "malaysiawest", "mexicocentral", "newzealandnorth", "northcentralus", "northeurope",
-    "norwayeast", "norwaywest", "polandcentral", "qatarcentral", "southafricanorth",
-    "southafricawest", "southcentralus", "southeastasia", "southindia", "spaincentral",
-    "swedencentral", "swedensouth", "switzerlandnorth", "switzerlandwest", "uaecentral",
-    "uaenorth", "uksouth", "ukwest", "westcentralus", "westeurope", "westindia", "westus",
-    "westus2", "westus3",
+    "israelcentral", "italynorth", "japaneast", "japanwest", "jioindiacentral", "jioindiawest",
+    "koreacentral", "koreasouth", "malaysiawest", "mexicocentral", "newzealandnorth",
+    "northcentralus", "northeurope", "norwayeast", "norwaywest", "polandcentral",
+    "qatarcentral", "southafricanorth", "southafricawest", "southcentralus", "southeastasia",
+    "southindia", "spaincentral", "swedencentral", "swedensouth", "switzerlandnorth",
+    "switzerlandwest", "uaecentral", "uaenorth", "uksouth", "ukwest", "westcentralus",
+    "westeurope", "westindia", "westus", "westus2", "westus3",
 )  # fmt: skip
 """Azure public-cloud region names (armRegionName), from ``az account list-locations``."""
 
