@@ -28,7 +28,10 @@ import_app = typer.Typer(
 
 def register(app: typer.Typer) -> None:
     """Attach ``catalog`` to the top-level app."""
+    from gpuplan.cli import catalog_fetch_cmd
+
     catalog_app.add_typer(import_app, name="import")
+    catalog_fetch_cmd.register(catalog_app)
     app.add_typer(catalog_app, name="catalog")
 
 
