@@ -411,7 +411,7 @@ def check_catalog(cat: Catalog, *, today: dt.date | None = None) -> list[str]:
         where = f"offerings[{off.provider}:{off.instance_type}]"
         if off.gpu not in gpu_ids:
             problems.append(f"{where}.gpu: unknown GPU id {off.gpu!r}")
-        if off.as_of > today:
+        if off.as_of != "unknown" and off.as_of > today:
             problems.append(f"{where}.as_of: {off.as_of} is in the future")
         seen = regions_seen.setdefault(off.key, set())
         overlap = seen.intersection(off.regions)

@@ -32,6 +32,10 @@ from gpuplan.schema_base import UserModel
 
 SCHEMA_VERSION = "1"
 
+UNKNOWN_DATE: Literal["unknown"] = "unknown"
+"""``as_of`` of rows whose data date nobody recorded (e.g. a SkyPilot catalog imported
+without ``--as-of``): kept, but the planner warns that their age is unknown."""
+
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "int8"]
 DTYPES: tuple[Dtype, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 IntraNode = Literal["nvswitch", "nvlink", "pcie", "infinity-fabric", "none"]
@@ -280,7 +284,10 @@ class Offering(_Frozen):
     prices: tuple[Price, ...] = ()
     source: str = Field(min_length=3)
     source_kind: SourceKind | None = None
-    as_of: dt.date
+    as_of: dt.date | Literal["unknown"] = Field(
+        description="Date the prices were read at the source, or `unknown` when nobody "
+        "recorded it (the planner then warns that their age is unknown)."
+    )
     notes: str = ""
 
     @property

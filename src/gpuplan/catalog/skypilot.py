@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from gpuplan.catalog.loader import Catalog
-from gpuplan.catalog.schema import CatalogFile, IntraNode, Offering, Price
+from gpuplan.catalog.schema import UNKNOWN_DATE, CatalogFile, IntraNode, Offering, Price
 from gpuplan.errors import CatalogError, UnknownNameError
 
 KNOWN_PROVIDERS = (
@@ -286,7 +286,10 @@ def convert_vms_csv(
         path: the CSV file.
         catalog: the loaded catalog (for GPU ids and memory).
         provider: provider id; inferred from the folder name when None.
-        as_of: date of the price data; defaults to the file's modification date.
+        as_of: date the prices were read at the source. SkyPilot-format catalogs record
+            no such date (no column, no version file: the schema folder ``v8`` names the
+            format, not a day), and a file's modification time is when it was copied, so
+            without it the rows are marked ``as_of: unknown`` rather than guessed.
         source: provenance text; defaults to the file path.
     """
     provider = (provider or infer_provider(path) or "").lower()
@@ -296,8 +299,6 @@ def convert_vms_csv(
             hint="pass --provider gcp (lowercase letters, digits, dashes)",
         )
     raw, _ = _read_rows(path)
-    if as_of is None:
-        as_of = dt.date.fromtimestamp(path.stat().st_mtime)
     skipped: dict[str, int] = defaultdict(int)
     rows = (
         _gcp_rows(raw, catalog, skipped)
@@ -346,7 +347,7 @@ def convert_vms_csv(
                 prices=tuple(prices),
                 source=src,
                 source_kind="catalog",
-                as_of=as_of,
+                as_of=UNKNOWN_DATE if as_of is None else as_of,
                 notes="imported from a SkyPilot-format catalog; intra_node derived from the GPU's form "
                 "factor; prices per region (spot = lowest zone price in the region)",
             )

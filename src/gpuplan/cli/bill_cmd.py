@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuplan.cli.common import CatalogOpt, CurrencyOpt, JsonOpt, console, print_json
+from gpuplan.cli.common import (
+    CatalogOpt,
+    CurrencyOpt,
+    JsonOpt,
+    WideOpt,
+    console,
+    print_json,
+    print_table,
+)
 
 UsageArg = Annotated[
     Path,
@@ -54,6 +62,7 @@ def bill_command(
         ),
     ] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Rows in the table.")] = 15,
+    wide: WideOpt = False,
 ) -> None:
     """Monthly cost of recurring use: pure on-demand, with auto-stop, commitments, the best mix."""
     from gpuplan.catalog.loader import load_catalog
@@ -65,7 +74,7 @@ def bill_command(
     if json_out:
         print_json(report.as_dict())
         return
-    _print_report(report, top)
+    _print_report(report, top, wide)
 
 
 def _load_usage(
@@ -97,8 +106,8 @@ def _money(amount: float) -> str:
     return f"{amount:,.0f}"
 
 
-def _print_report(report: Any, top: int) -> None:
-    from rich.table import Table
+def _print_report(report: Any, top: int, wide: bool = False) -> None:
+    from gpuplan.report.table import Column
 
     cur = report.currency
     out = console()
@@ -108,18 +117,19 @@ def _print_report(report: Any, top: int) -> None:
         f"{report.peak_busy_gpus} GPUs ({report.origin})",
         highlight=False,
     )
-    table = Table(title=f"Cost per 730-hour month in {cur}, cheapest first")
-    right = (
-        "GPUs",
-        "per month",
-        "on-demand",
-        "+auto-stop",
-        "commit peak",
-        "break-even",
-        "auto-stop saves",
+    columns = (
+        Column(header="offering", shrink=True, min_width=14),
+        Column(header="region", priority=2, shrink=True, min_width=8),
+        Column(header="GPUs", justify="right"),
+        Column(header="best strategy", shrink=True, min_width=10),
+        Column(header="per month", justify="right"),
+        Column(header="on-demand", justify="right", priority=1),
+        Column(header="+auto-stop", justify="right", priority=3),
+        Column(header="commit peak", justify="right", priority=4),
+        Column(header="break-even", justify="right", priority=5),
+        Column(header="auto-stop saves", justify="right", priority=6),
     )
-    for col in ("offering", "region", "GPUs", "best strategy", *right[1:]):
-        table.add_column(col, justify="right" if col in right else "left")
+    cells = []
     for o in report.offerings[:top]:
         by_kind: dict[str, list[Any]] = {}
         for s in o.strategies:
@@ -133,19 +143,27 @@ def _print_report(report: Any, top: int) -> None:
         saves = "-"
         if o.autostop is not None:
             saves = f"{_money(o.autostop.monthly_savings)} ({o.autostop.percent:.0f}%)"
-        table.add_row(
-            f"{o.provider}:{o.instance_type}",
-            region,
-            f"{o.gpus_per_instance:g}",
-            o.best.name,
-            _money(o.best.monthly_cost) + ("*" if o.unknown else ""),
-            "-" if od is None else _money(od.monthly_cost),
-            "-" if auto is None else _money(auto.monthly_cost),
-            "-" if commit_cost is None else _money(commit_cost),
-            "-" if even is None else f"{even.mode} {even.break_even:.0%}",
-            saves,
+        cells.append(
+            (
+                f"{o.provider}:{o.instance_type}",
+                region,
+                f"{o.gpus_per_instance:g}",
+                o.best.name,
+                _money(o.best.monthly_cost) + ("*" if o.unknown else ""),
+                "-" if od is None else _money(od.monthly_cost),
+                "-" if auto is None else _money(auto.monthly_cost),
+                "-" if commit_cost is None else _money(commit_cost),
+                "-" if even is None else f"{even.mode} {even.break_even:.0%}",
+                saves,
+            )
         )
-    out.print(table)
+    print_table(
+        columns,
+        cells,
+        title=f"Cost per 730-hour month in {cur}, cheapest first",
+        wide=wide,
+        out=out,
+    )
     out.print(
         "break-even: the share of the term an instance must be busy for the commitment to "
         "cost no more than on-demand in the same region; region +N: more regions at the same "

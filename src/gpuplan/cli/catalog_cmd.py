@@ -8,7 +8,15 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuplan.cli.common import CatalogOpt, JsonOpt, console, fail, print_json
+from gpuplan.cli.common import (
+    CatalogOpt,
+    JsonOpt,
+    WideOpt,
+    console,
+    fail,
+    print_json,
+    print_table,
+)
 
 catalog_app = typer.Typer(
     help="The built-in GPU and cloud-offering catalog, and your overrides.", no_args_is_help=True
@@ -20,7 +28,10 @@ import_app = typer.Typer(
 
 def register(app: typer.Typer) -> None:
     """Attach ``catalog`` to the top-level app."""
+    from gpuplan.cli import catalog_fetch_cmd
+
     catalog_app.add_typer(import_app, name="import")
+    catalog_fetch_cmd.register(catalog_app)
     app.add_typer(catalog_app, name="catalog")
 
 
@@ -35,6 +46,7 @@ def gpus(
     gpu: Annotated[
         str | None, typer.Option("--gpu", help="Show only this GPU id or alias.")
     ] = None,
+    wide: WideOpt = False,
 ) -> None:
     """List GPUs: memory, bandwidth, dense peak TFLOPS per dtype, NVLink, MIG, source."""
     from gpuplan.catalog.loader import load_catalog
@@ -44,41 +56,42 @@ def gpus(
     if json_out:
         print_json([{**g.model_dump(mode="json"), "precisions": list(g.precisions)} for g in rows])
         return
-    from rich.table import Table
+    from gpuplan.report.table import Column
 
-    table = Table(title=f"{len(rows)} GPUs (dense peak TFLOPS)")
-    for col in (
-        "id",
-        "arch",
-        "mem GB",
-        "BW GB/s",
-        "fp32",
-        "tf32",
-        "bf16",
-        "fp16",
-        "fp8",
-        "NVLink GB/s",
-        "MIG",
-        "as_of",
-    ):
-        table.add_column(col, justify="left" if col in ("id", "arch") else "right")
+    columns = (
+        Column(header="id"),
+        Column(header="arch", priority=3),
+        Column(header="mem GB", justify="right"),
+        Column(header="BW GB/s", justify="right"),
+        Column(header="fp32", justify="right", priority=5),
+        Column(header="tf32", justify="right", priority=6),
+        Column(header="bf16", justify="right"),
+        Column(header="fp16", justify="right", priority=7),
+        Column(header="fp8", justify="right", priority=1),
+        Column(header="NVLink GB/s", justify="right", priority=2),
+        Column(header="MIG", justify="right", priority=4),
+        Column(header="as_of", priority=8),
+    )
+    cells = []
     for g in rows:
         p = g.peak_tflops_dense
-        table.add_row(
-            g.id,
-            g.architecture,
-            f"{g.memory_bytes / 1e9:g}",
-            f"{g.memory_bandwidth_gb_per_s:g}",
-            _fmt_tflops(p.get("fp32")),
-            _fmt_tflops(p.get("tf32")),
-            _fmt_tflops(p.get("bf16")),
-            _fmt_tflops(p.get("fp16")),
-            _fmt_tflops(p.get("fp8")),
-            _fmt_tflops(g.nvlink_bandwidth_gb_per_s),
-            str(g.mig_max_instances or "-"),
-            str(g.as_of),
+        cells.append(
+            (
+                g.id,
+                g.architecture,
+                f"{g.memory_bytes / 1e9:g}",
+                f"{g.memory_bandwidth_gb_per_s:g}",
+                _fmt_tflops(p.get("fp32")),
+                _fmt_tflops(p.get("tf32")),
+                _fmt_tflops(p.get("bf16")),
+                _fmt_tflops(p.get("fp16")),
+                _fmt_tflops(p.get("fp8")),
+                _fmt_tflops(g.nvlink_bandwidth_gb_per_s),
+                str(g.mig_max_instances or "-"),
+                str(g.as_of),
+            )
         )
-    console().print(table)
+    print_table(columns, cells, title=f"{len(rows)} GPUs (dense peak TFLOPS)", wide=wide)
 
 
 _TABLE_MODES = ("on-demand", "spot", "monthly", "reserved-1y")
@@ -146,6 +159,7 @@ def offerings(
             "`hourly` is USD).",
         ),
     ] = None,
+    wide: WideOpt = False,
 ) -> None:
     """List cloud GPU offerings with prices per region and billing mode, interconnect and source.
 
@@ -168,27 +182,26 @@ def offerings(
     if json_out:
         print_json(offerings_payload(cat, rows, target, region))
         return
-    from rich.table import Table
+    from gpuplan.report.table import Column
 
     n_prov = len({o.provider for o in rows})
     unit = f"{currency} per instance-hour" if currency else "per instance-hour, as published"
-    table = Table(title=f"{len(rows)} offerings from {n_prov} providers ({unit})")
-    for col in (
-        "provider",
-        "instance",
-        "gpu",
-        "n",
-        "interconnect",
-        "net Gbps",
-        "regions",
-        "cur",
-        "on-demand",
-        "spot",
-        "monthly (/h)",
-        "1y (/h)",
-        "as_of",
-    ):
-        table.add_column(col)
+    columns = (
+        Column(header="provider"),
+        Column(header="instance", shrink=True, min_width=12),
+        Column(header="gpu"),
+        Column(header="n", justify="right"),
+        Column(header="interconnect", priority=4),
+        Column(header="net Gbps", justify="right", priority=5),
+        Column(header="regions", priority=1, shrink=True, min_width=10),
+        Column(header="cur", priority=2),
+        Column(header="on-demand", justify="right"),
+        Column(header="spot", justify="right", priority=2),
+        Column(header="monthly (/h)", justify="right", priority=3),
+        Column(header="1y (/h)", justify="right", priority=3),
+        Column(header="as_of", priority=6),
+    )
+    cells = []
     for o in rows:
         groups = _region_groups(o, region, cat) if o.prices else [(list(o.regions), {})]
         for i, (members, prices) in enumerate(groups):
@@ -207,19 +220,26 @@ def offerings(
                     value = cat.convert(value, p.currency, target)
                 return f"{value:.3f}" + ("~" if p.derived else "")
 
-            table.add_row(
-                o.provider if i == 0 else "",
-                o.instance_type if i == 0 else "",
-                o.gpu if i == 0 else "",
-                _gpus_label(o) if i == 0 else "",
-                o.intra_node if i == 0 else "",
-                (f"{o.inter_node_gbps:g}" if o.inter_node_gbps else "-") if i == 0 else "",
-                shown,
-                cur if prices else "-",
-                *(amount(m) for m in _TABLE_MODES),
-                str(o.as_of) if i == 0 else "",
+            cells.append(
+                (
+                    o.provider if i == 0 else "",
+                    o.instance_type if i == 0 else "",
+                    o.gpu if i == 0 else "",
+                    _gpus_label(o) if i == 0 else "",
+                    o.intra_node if i == 0 else "",
+                    (f"{o.inter_node_gbps:g}" if o.inter_node_gbps else "-") if i == 0 else "",
+                    shown,
+                    cur if prices else "-",
+                    *(amount(m) for m in _TABLE_MODES),
+                    str(o.as_of) if i == 0 else "",
+                )
             )
-    console().print(table)
+    print_table(
+        columns,
+        cells,
+        title=f"{len(rows)} offerings from {n_prov} providers ({unit})",
+        wide=wide,
+    )
     if currency:
         console().print(
             f"converted with FX of {cat.fx.as_of} ({' '.join(cat.fx.source.split())})",
@@ -308,7 +328,12 @@ def import_skypilot(
     ] = None,
     as_of: Annotated[
         str | None,
-        typer.Option("--as-of", help="Date of the prices, YYYY-MM-DD (default: file date)."),
+        typer.Option(
+            "--as-of",
+            help="Date the prices were read at the source, YYYY-MM-DD. SkyPilot catalogs "
+            "record no date, so without it the rows get as_of: unknown and plans warn "
+            "that their age is unknown.",
+        ),
     ] = None,
     catalog: CatalogOpt = None,
 ) -> None:
@@ -326,6 +351,7 @@ def import_skypilot(
     result = convert_vms_csv(path, cat, provider=provider, as_of=date)
     write_atomically(out, dump_catalog_file(result.catalog))
     n = len(result.catalog.offerings)
-    typer.echo(f"wrote {n} offerings from {result.rows_read} rows to {out}")
+    when = f"as of {date}" if date else "as_of: unknown (pass --as-of DATE to record it)"
+    typer.echo(f"wrote {n} offerings from {result.rows_read} rows to {out}, {when}")
     for reason, count in sorted(result.skipped.items()):
         typer.echo(f"  skipped {count}: {reason}")

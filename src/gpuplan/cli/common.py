@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from gpuplan.report.table import Column, Layout
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -28,6 +32,14 @@ CatalogOpt = Annotated[
         "--catalog",
         help="Overrides YAML whose rows shadow the built-in catalog (default: $GPUPLAN_HOME/catalog.yaml).",
         dir_okay=False,
+    ),
+]
+WideOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        help="Show every table column at full width (default on a terminal: the columns "
+        "that fit its width; piped output always gets the full table).",
     ),
 ]
 CurrencyOpt = Annotated[
@@ -80,3 +92,46 @@ def console() -> Any:
     from rich.console import Console
 
     return Console()
+
+
+def print_table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[str]],
+    *,
+    title: str | None = None,
+    wide: bool = False,
+    out: Any = None,
+) -> Layout:
+    """Print a table that fits the terminal (all columns with ``--wide`` or on a pipe);
+    returns the layout used (which columns were shown)."""
+    from gpuplan.report.table import fit_columns, render_table
+
+    out = out or console()
+    full = wide or not out.is_terminal
+    table = render_table(columns, rows, width=out.width, wide=full, title=title)
+    layout = fit_columns(columns, rows, out.width, wide=full)
+    if not full:
+        out.print(table)
+        return layout
+    need = layout.total
+    saved = out.width
+    out.width = max(saved, need)  # a pipe gets the whole table, never wrapped at 80
+    try:
+        out.print(table)
+    finally:
+        out.width = saved
+    return layout
+
+
+@contextmanager
+def progress(message: str, *, out: Any = None) -> Iterator[None]:
+    """A spinner on stderr while slow work runs, only when stderr is a terminal."""
+    if out is None:
+        from rich.console import Console
+
+        out = Console(stderr=True)
+    if not out.is_terminal:
+        yield
+        return
+    with out.status(message):
+        yield

@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuplan.cli.common import CatalogOpt, JsonOpt, console, print_json
+from gpuplan.cli.common import (
+    CatalogOpt,
+    JsonOpt,
+    WideOpt,
+    console,
+    print_json,
+    print_table,
+    progress,
+)
 from gpuplan.cli.spec_cmd import SetOpt
 from gpuplan.estimate.margin import DEFAULT_SAFETY_MARGIN
 
@@ -51,6 +59,7 @@ def fit_command(
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """Per-GPU peak memory of a training step: does it fit, with what headroom and micro-batch."""
     from gpuplan.catalog.loader import load_catalog
@@ -77,37 +86,42 @@ def fit_command(
     if json_out:
         print_json(rows)
         return
-    from rich.table import Table
+    from gpuplan.report.table import Column
 
-    table = Table(
-        title=f"{spec.model} {spec.method} {spec.precision} mb={spec.micro_batch_size} on {gpus} GPU(s)"
+    columns = (
+        Column(header="GPU"),
+        Column(header="verdict"),
+        Column(header="used GiB", justify="right"),
+        Column(header="80% range GiB", priority=3, justify="right"),
+        Column(header="capacity GiB", priority=2, justify="right"),
+        Column(header="headroom GiB", priority=1, justify="right"),
+        Column(header="max micro-batch", priority=4, justify="right"),
+        Column(header="strategy / reason", priority=1, shrink=True, min_width=12),
     )
-    for col in (
-        "GPU",
-        "verdict",
-        "used GiB",
-        "80% range GiB",
-        "capacity GiB",
-        "headroom GiB",
-        "max micro-batch",
-        "strategy / reason",
-    ):
-        table.add_column(col)
+    cells: list[tuple[str, ...]] = []
     for row in rows:
         if "reason" in row:
-            table.add_row(row["gpu"], "[red]no[/red]", "-", "-", "-", "-", "-", row["reason"])
+            cells.append((row["gpu"], "[red]no[/red]", "-", "-", "-", "-", "-", row["reason"]))
             continue
-        table.add_row(
-            row["gpu"],
-            _VERDICT_STYLE[row["verdict"]],
-            _gib(row["device_used_bytes"]),
-            "-".join(_gib(v) for v in row["device_used_bounds_bytes"]),
-            _gib(row["capacity_bytes"]),
-            _gib(row["headroom_bytes"]),
-            str(row["max_micro_batch"]),
-            _strategy_label(row["strategy"]),
+        cells.append(
+            (
+                row["gpu"],
+                _VERDICT_STYLE[row["verdict"]],
+                _gib(row["device_used_bytes"]),
+                "-".join(_gib(v) for v in row["device_used_bounds_bytes"]),
+                _gib(row["capacity_bytes"]),
+                _gib(row["headroom_bytes"]),
+                str(row["max_micro_batch"]),
+                _strategy_label(row["strategy"]),
+            )
         )
-    console().print(table)
+    print_table(
+        columns,
+        cells,
+        title=f"{spec.model} {spec.method} {spec.precision} mb={spec.micro_batch_size} "
+        f"on {gpus} GPU(s)",
+        wide=wide,
+    )
 
 
 _VERDICT_STYLE = {
@@ -126,7 +140,8 @@ def _strategy_label(st: dict[str, Any]) -> str:
 def _with_trace(spec: Any, result: Any) -> Any:
     from gpuplan.trace import trace_fit
 
-    return trace_fit(spec, result)
+    with progress(f"tracing {spec.model} with PyTorch"):
+        return trace_fit(spec, result)
 
 
 def _print_breakdown(result: Any) -> None:
@@ -287,8 +302,14 @@ def scale_command(
     spec_path: SpecArg,
     gpu: Annotated[str, typer.Option("--gpu", help="GPU id or alias.")],
     max_gpus: Annotated[
-        int, typer.Option("--max-gpus", min=1, help="Largest count to try (powers of two).")
-    ] = 64,
+        int | None,
+        typer.Option(
+            "--max-gpus",
+            min=1,
+            help="Largest count to try, powers of two (default: the spec's "
+            "constraints.max_gpus, else 64).",
+        ),
+    ] = None,
     inter_node_gbps: Annotated[
         float,
         typer.Option("--inter-node-gbps", min=1, help="Network per node for multi-node counts."),
@@ -296,6 +317,7 @@ def scale_command(
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """Throughput and scaling efficiency at 1, 2, 4 ... GPUs for each interconnect."""
     from gpuplan.catalog.loader import load_catalog
@@ -304,41 +326,45 @@ def scale_command(
 
     spec = load_spec(spec_path, overrides or [])
     cat = load_catalog(catalog)
-    rows = scale_table(spec, cat.gpu(gpu), max_gpus=max_gpus, inter_node_gbps=inter_node_gbps)
+    limit = max_gpus or spec.constraints.max_gpus or 64
+    rows = scale_table(spec, cat.gpu(gpu), max_gpus=limit, inter_node_gbps=inter_node_gbps)
     if json_out:
         print_json(rows)
         return
-    from rich.table import Table
+    from gpuplan.report.table import Column
 
-    table = Table(
-        title=f"scaling of {spec.model} on {cat.gpu(gpu).id} (per-GPU throughput vs the smallest count)"
+    columns = (
+        Column(header="GPUs", justify="right"),
+        Column(header="interconnect"),
+        Column(header="samples/s", justify="right", priority=2),
+        Column(header="tokens/s/GPU", justify="right"),
+        Column(header="MFU", justify="right", priority=3),
+        Column(header="scaling eff.", justify="right"),
+        Column(header="comm share", justify="right", priority=1),
+        Column(header="strategy", priority=4, shrink=True, min_width=10),
     )
-    for col in (
-        "GPUs",
-        "interconnect",
-        "samples/s",
-        "tokens/s/GPU",
-        "MFU",
-        "scaling eff.",
-        "comm share",
-        "strategy",
-    ):
-        table.add_column(col)
+    cells: list[tuple[str, ...]] = []
     for r in rows:
         if r.get("error"):
-            table.add_row(
-                str(r["gpus"]), r["interconnect"], "-", "-", "-", "-", "-", r["error"][:50]
-            )
+            cells.append((str(r["gpus"]), r["interconnect"], "-", "-", "-", "-", "-", r["error"]))
             continue
         tpg = r["tokens_per_s_per_gpu"]
-        table.add_row(
-            str(r["gpus"]),
-            r["interconnect"],
-            f"{r['samples_per_s']:,.1f}",
-            f"{tpg:,.0f}" if tpg else "-",
-            f"{r['mfu']:.1%}",
-            f"{r['scaling_efficiency']:.0%}",
-            f"{r['comm_fraction']:.0%}",
-            r["strategy"],
+        cells.append(
+            (
+                str(r["gpus"]),
+                r["interconnect"],
+                f"{r['samples_per_s']:,.1f}",
+                f"{tpg:,.0f}" if tpg else "-",
+                f"{r['mfu']:.1%}",
+                f"{r['scaling_efficiency']:.0%}",
+                f"{r['comm_fraction']:.0%}",
+                r["strategy"],
+            )
         )
-    console().print(table)
+    print_table(
+        columns,
+        cells,
+        title=f"scaling of {spec.model} on {cat.gpu(gpu).id} "
+        "(per-GPU throughput vs the smallest count)",
+        wide=wide,
+    )

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuplan.cli.common import JsonOpt, console, print_json
+from gpuplan.cli.common import JsonOpt, WideOpt, console, print_json, print_table
 
 
 def register(app: typer.Typer) -> None:
@@ -78,6 +78,7 @@ def models(
         typer.Option("--family", help="List only this family: decoder, encoder, cnn or vit."),
     ] = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """List the model presets: shape, computed parameter count and the published figure."""
     if model is not None:
@@ -100,27 +101,25 @@ def models(
     if json_out:
         print_json(rows)
         return
-    _table(rows)
+    _table(rows, wide)
 
 
-def _table(rows: list[dict[str, Any]]) -> None:
-    from rich.table import Table
-
+def _table(rows: list[dict[str, Any]], wide: bool = False) -> None:
+    from gpuplan.report.table import Column
     from gpuplan.units import format_count
 
-    table = Table(title=f"{len(rows)} model presets (params computed from the architecture)")
-    for col in (
-        "id",
-        "family",
-        "layers",
-        "hidden",
-        "heads/kv",
-        "vocab",
-        "params",
-        "published",
-        "match",
-    ):
-        table.add_column(col, justify="left" if col in ("id", "family") else "right")
+    columns = (
+        Column(header="id", shrink=True, min_width=14),
+        Column(header="family", priority=3),
+        Column(header="layers", justify="right", priority=4),
+        Column(header="hidden", justify="right", priority=5),
+        Column(header="heads/kv", justify="right", priority=6),
+        Column(header="vocab", justify="right", priority=7),
+        Column(header="params", justify="right"),
+        Column(header="published", justify="right", priority=1),
+        Column(header="match", priority=2),
+    )
+    cells = []
     for r in rows:
         heads = "-"
         if r["num_attention_heads"]:
@@ -128,15 +127,22 @@ def _table(rows: list[dict[str, Any]]) -> None:
         params = f"{r['params']:,}"
         if r["num_experts"] > 1:
             params += f" ({format_count(r['active_params_per_token'])} active)"
-        table.add_row(
-            r["id"],
-            r["family"],
-            str(r["num_layers"]),
-            str(r["hidden_size"]),
-            heads,
-            str(r["vocab_size"] or "-"),
-            params,
-            _published(r["published_params"]),
-            "yes" if r["params_match_published"] else "NO",
+        cells.append(
+            (
+                r["id"],
+                r["family"],
+                str(r["num_layers"]),
+                str(r["hidden_size"]),
+                heads,
+                str(r["vocab_size"] or "-"),
+                params,
+                _published(r["published_params"]),
+                "yes" if r["params_match_published"] else "NO",
+            )
         )
-    console().print(table)
+    print_table(
+        columns,
+        cells,
+        title=f"{len(rows)} model presets (params computed from the architecture)",
+        wide=wide,
+    )

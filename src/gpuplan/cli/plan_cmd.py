@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuplan.cli.common import CatalogOpt, JsonOpt, console, print_json
+from gpuplan.cli.common import (
+    CatalogOpt,
+    JsonOpt,
+    WideOpt,
+    console,
+    print_json,
+    print_table,
+    progress,
+)
 from gpuplan.cli.spec_cmd import SetOpt
 
 _EXPORTS = ("skypilot", "torchrun")
@@ -31,7 +39,14 @@ def plan_command(
         ),
     ] = "cost",
     top: Annotated[int, typer.Option("--top", min=1, max=500, help="Options to show.")] = 10,
-    max_gpus: Annotated[int, typer.Option("--max-gpus", min=1, help="Most GPUs per option.")] = 64,
+    max_gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--max-gpus",
+            min=1,
+            help="Most GPUs per option (default: the spec's constraints.max_gpus, else 64).",
+        ),
+    ] = None,
     currency: Annotated[
         str | None, typer.Option("--currency", help="USD or CNY (default: the spec's).")
     ] = None,
@@ -66,6 +81,7 @@ def plan_command(
     overrides: SetOpt = None,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """Rank every offering x node count x strategy x billing mode for a job spec, with reasons."""
     from gpuplan.catalog.loader import load_catalog
@@ -88,7 +104,8 @@ def plan_command(
         raise SpecError("--export and --json conflict: --export prints the launcher config")
     spec = load_spec(spec_path, spec_overrides(overrides, currency))
     cat = load_catalog(catalog)
-    result = plan(spec, cat, settings)
+    with progress(f"planning {spec.model} across {len(cat.offerings)} offerings"):
+        result = plan(spec, cat, settings)
     if html is not None:
         from gpuplan.report.html import render_html
 
@@ -103,7 +120,7 @@ def plan_command(
 
         print_json(plan_payload(result))
         return
-    _print_plan(result, spec, html)
+    _print_plan(result, spec, html, wide)
 
 
 def _write(path: Path, text: str) -> None:
@@ -113,54 +130,95 @@ def _write(path: Path, text: str) -> None:
 
 
 _VERDICT_STYLE = {"fits": "fits", "tight": "[yellow]tight[/yellow]", "no": "[red]no[/red]"}
+_OBJECTIVE_WHY = {
+    "cost": "the cheapest option that meets the spec",
+    "time": "the fastest option within the spec",
+    "pareto": "the fastest on the cost/time front",
+}
 
 
-def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
-    from collections import Counter
+def plan_columns(currency: str) -> tuple[Any, ...]:
+    """The plan table's columns; a higher priority number is dropped first on a narrow terminal."""
+    from gpuplan.report.table import Column
 
-    from rich.table import Table
+    return (
+        Column(header="#", justify="right"),
+        Column(header="GPU"),
+        Column(header="n", justify="right"),
+        Column(header="offering", shrink=True, min_width=14),
+        Column(header="region", priority=3, shrink=True, min_width=8),
+        Column(header="billing", priority=1),
+        Column(header="strategy", priority=4, shrink=True, min_width=10),
+        Column(header="time", justify="right"),
+        Column(header=f"cost {currency}", justify="right"),
+        Column(header="per 1M tok", priority=6, justify="right"),
+        Column(header="headroom", priority=5, justify="right"),
+        Column(header="memory", priority=2),
+    )
 
+
+def plan_rows(result: Any) -> list[tuple[str, ...]]:
+    """One row of cells per shown option, best first (see :func:`plan_columns`)."""
     from gpuplan.units import format_duration
 
-    cur = result.currency
-    table = Table(
-        title=f"{spec.model} ({spec.method}) - best by {result.objective}, {cur}; "
-        f"{result.considered} priced options, {len(result.rejected)} rejected"
-    )
-    for col in (
-        "#",
-        "GPU",
-        "n",
-        "offering",
-        "region",
-        "billing",
-        "strategy",
-        "time",
-        f"cost {cur}",
-        "per 1M tok",
-        "headroom",
-        "memory",
-    ):
-        table.add_column(col, overflow="fold")
+    rows: list[tuple[str, ...]] = []
     for i, o in enumerate(result.options, 1):
         per_m = o.cost_per_million_tokens
         bound = "*" if not o.cost.complete else ""
-        table.add_row(
-            str(i),
-            o.gpu,
-            str(o.gpus),
-            f"{o.provider} {o.instance_type} x{o.nodes}",
-            o.region_label(),
-            o.billing_mode,
-            o.configuration.strategy.label(),
-            format_duration(o.time_s),
-            f"{o.cost_total:,.2f}{bound}",
-            f"{per_m:.3f}" if per_m else "-",
-            f"{o.configuration.fit.memory.headroom_bytes / 2**30:.0f} GiB",
-            _VERDICT_STYLE[o.configuration.fit.verdict],
+        rows.append(
+            (
+                str(i),
+                o.gpu,
+                str(o.gpus),
+                f"{o.provider} {o.instance_type} x{o.nodes}",
+                o.region_label(),
+                o.billing_mode,
+                o.configuration.strategy.label(),
+                format_duration(o.time_s),
+                f"{o.cost_total:,.2f}{bound}",
+                f"{per_m:.3f}" if per_m else "-",
+                f"{o.configuration.fit.memory.headroom_bytes / 2**30:.0f} GiB",
+                _VERDICT_STYLE[o.configuration.fit.verdict],
+            )
         )
+    return rows
+
+
+def verdict_line(result: Any) -> str:
+    """The best option in one line: what, where, how long, how much, and why."""
+    from gpuplan.units import format_duration
+
+    o = result.options[0]
+    fit = o.configuration.fit
+    memory = (
+        f"fits with {fit.memory.headroom_bytes / 2**30:.0f} GiB headroom"
+        if fit.verdict == "fits"
+        else "memory tight"
+    )
+    bound = " (lower bound)" if not o.cost.complete else ""
+    return (
+        f"Best: {o.gpus}x {o.gpu} on {o.provider} {o.instance_type} x{o.nodes} "
+        f"({o.region}, {o.billing_mode}): {format_duration(o.time_s)} for "
+        f"{o.cost_total:,.2f} {result.currency}{bound}; "
+        f"{_OBJECTIVE_WHY.get(result.objective, result.objective)}, {memory}"
+    )
+
+
+def _print_plan(result: Any, spec: Any, html: Path | None, wide: bool = False) -> None:
+    from collections import Counter
+
+    cur = result.currency
     out = console()
-    out.print(table)
+    if result.options:
+        out.print(f"[bold]{verdict_line(result)}[/bold]", highlight=False)
+    layout = print_table(
+        plan_columns(cur),
+        plan_rows(result),
+        title=f"{spec.model} ({spec.method}) - best by {result.objective}, {cur}; "
+        f"{result.considered} priced options, {len(result.rejected)} rejected",
+        wide=wide,
+        out=out,
+    )
     for i, o in enumerate(result.options[:5], 1):
         out.print(f"{i}. {o.why}")
     for w in result.warnings:
@@ -178,7 +236,9 @@ def _print_plan(result: Any, spec: Any, html: Path | None) -> None:
         out.print(
             "* cost is a lower bound: some parts (storage, egress) have no catalog rate; see --json"
         )
-    if any(len(o.price_regions) > 1 or o.priced_regions > 1 for o in result.options):
+    if "region" not in layout.dropped and any(
+        len(o.price_regions) > 1 or o.priced_regions > 1 for o in result.options
+    ):
         out.print(
             "  region: the cheapest allowed region of each offering; +N = more regions at the "
             "same price (--json: price_regions, other_regions_priced)",

@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from gpuplan.cli.common import CatalogOpt, JsonOpt, console, print_json
+from gpuplan.cli.common import (
+    CatalogOpt,
+    JsonOpt,
+    WideOpt,
+    console,
+    print_json,
+    print_table,
+    progress,
+)
 
 serve_app = typer.Typer(
     help="Inference services: fit, speed and cost on whole GPUs, MIG slices, vGPU instances "
@@ -130,6 +138,7 @@ def plan(
     html: Annotated[
         Path | None, typer.Option("--html", help="Also write a self-contained HTML report here.")
     ] = None,
+    wide: WideOpt = False,
     export: Annotated[
         str | None,
         typer.Option(
@@ -157,7 +166,8 @@ def plan(
     if export not in (None, "k8s", "k8s-hami"):
         raise SpecError(f"--export: expected k8s or k8s-hami, got {export!r}")
     spec = load_serve_spec(path)
-    result = plan_services(spec, load_catalog(catalog), objective=objective, currency=currency)  # type: ignore[arg-type]
+    with progress(f"placing {len(spec.services)} services"):
+        result = plan_services(spec, load_catalog(catalog), objective=objective, currency=currency)  # type: ignore[arg-type]
     if html is not None:
         html.write_text(render_html(result), encoding="utf-8")
     if export:
@@ -168,31 +178,40 @@ def plan(
     if json_out:
         print_json(result.as_dict())
         return
-    from rich.table import Table
+    from gpuplan.report.table import Column
 
     out = console()
     out.print(summary_line(result))
-    t = Table(title="services")
-    for col in (
-        "service",
-        "placement",
-        "replicas",
-        "latency",
-        f"{result.currency}/month",
-        "per million",
-        "why",
-    ):
-        t.add_column(col)
-    for row in service_rows(result):
-        t.add_row(*row)
-    out.print(t)
+    cur = result.currency
+    print_table(
+        (
+            Column(header="service", shrink=True, min_width=10),
+            Column(header="placement", shrink=True, min_width=16),
+            Column(header="replicas", justify="right", priority=2),
+            Column(header="latency", priority=1, shrink=True, min_width=12),
+            Column(header=f"{cur}/month", justify="right"),
+            Column(header="per million", justify="right", priority=3),
+            Column(header="why", priority=4, shrink=True, min_width=12),
+        ),
+        service_rows(result),
+        title="services",
+        wide=wide,
+        out=out,
+    )
     if result.shared_gpus:
-        g = Table(title="shared GPUs")
-        for col in ("GPU", "services", "compute", "memory", f"{result.currency}/month"):
-            g.add_column(col)
-        for row in gpu_rows(result):
-            g.add_row(*row)
-        out.print(g)
+        print_table(
+            (
+                Column(header="GPU", shrink=True, min_width=12),
+                Column(header="services", shrink=True, min_width=12),
+                Column(header="compute", justify="right", priority=1),
+                Column(header="memory", justify="right", priority=2),
+                Column(header=f"{cur}/month", justify="right"),
+            ),
+            gpu_rows(result),
+            title="shared GPUs",
+            wide=wide,
+            out=out,
+        )
     reasons = "; ".join(f"{n} x {reason}" for reason, n in rejection_counts(result)[:4])
     out.print(
         f"{result.candidates_considered} placements considered; rejected: {reasons or 'none'} "

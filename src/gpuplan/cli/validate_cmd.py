@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuplan.cli.common import JsonOpt, console, print_json
+from gpuplan.cli.common import JsonOpt, WideOpt, console, print_json, print_table, progress
 
 validate_app = typer.Typer(
     help="Compare estimators with published measurements (validation/*.csv).", no_args_is_help=True
@@ -106,17 +106,20 @@ def _run(
         None,
         None,
     ),
+    *,
+    wide: bool = False,
 ) -> None:
     """Run one validation table, print it (or JSON), and apply the CI gates."""
     from gpuplan import holdout
     from gpuplan.validation import default_table, format_rows, run_table
 
     path = table or default_table(name)
-    report = run_table(path, predict)
-    s = report.summary()
-    loso = holdout.memory_loso(path) if name == "memory" else holdout.training_loso(path)
-    kind = "memory" if name == "memory" else "time"
-    cov = holdout.coverage(loso, path, kind) if loso is not None else None
+    with progress(f"validating {name} estimates against {path.name}"):
+        report = run_table(path, predict)
+        s = report.summary()
+        loso = holdout.memory_loso(path) if name == "memory" else holdout.training_loso(path)
+        kind = "memory" if name == "memory" else "time"
+        cov = holdout.coverage(loso, path, kind) if loso is not None else None
     loso_summary = loso.report.summary() if loso is not None else None
     loso_errors = {r.id: r.error for r in loso.report.rows} if loso is not None else {}
     if json_out:
@@ -141,24 +144,23 @@ def _run(
             }
         )
     else:
-        from rich.table import Table
+        from gpuplan.report.table import Column
 
-        t = Table(title=f"{name} validation: {report.table}")
-        for col in (
-            "id",
-            "metric",
-            f"predicted{unit}",
-            f"measured{unit}",
-            "error",
-            "LOSO error",
-            "strategy / note",
-        ):
-            t.add_column(col)
-        for row, cells in zip(report.rows, format_rows(report.rows, scale, unit), strict=True):
+        columns = (
+            Column(header="id", shrink=True, min_width=12),
+            Column(header="metric", priority=3),
+            Column(header=f"predicted{unit}", justify="right"),
+            Column(header=f"measured{unit}", justify="right"),
+            Column(header="error", justify="right"),
+            Column(header="LOSO error", justify="right", priority=1),
+            Column(header="strategy / note", priority=2, shrink=True, min_width=12),
+        )
+        cells = []
+        for row, text in zip(report.rows, format_rows(report.rows, scale, unit), strict=True):
             err = loso_errors.get(row.id)
-            t.add_row(*cells[:5], "-" if err is None else f"{err:+.1%}", cells[5])
+            cells.append((*text[:5], "-" if err is None else f"{err:+.1%}", text[5]))
         out = console()
-        out.print(t)
+        print_table(columns, cells, title=f"{name} validation: {report.table}", wide=wide, out=out)
         out.print(
             f"rows {s['rows']} (+{s['excluded']} excluded with reasons); median |error| "
             f"{_pct(s['median_abs_error'])} (single-node {_pct(s['median_abs_error_single_node'])}, "
@@ -231,6 +233,7 @@ def _loso_failures(
 def memory(
     table: TableOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
     max_median: MaxMedianOpt = None,
     max_under: MaxUnderOpt = None,
     max_over_50: MaxOver50Opt = None,
@@ -254,6 +257,7 @@ def memory(
         max_under,
         max_over_50,
         (max_loso_median, max_loso_under, max_loso_over_50, min_coverage),
+        wide=wide,
     )
 
 
@@ -261,6 +265,7 @@ def memory(
 def training(
     table: TableOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
     max_median: MaxMedianOpt = None,
     max_under: MaxUnderOpt = None,
     max_over_50: MaxOver50Opt = None,
@@ -284,6 +289,7 @@ def training(
         max_under,
         max_over_50,
         (max_loso_median, max_loso_under, max_loso_over_50, min_coverage),
+        wide=wide,
     )
 
 
@@ -291,6 +297,7 @@ def training(
 def inference(
     table: TableOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
     no_loso: Annotated[
         bool, typer.Option("--no-loso", help="Skip the leave-one-source-out refits (faster).")
     ] = False,
@@ -316,18 +323,25 @@ def inference(
     """Serving estimates vs published measurements: per-row, median, worst, LOSO, bounds coverage."""
     from gpuplan.validation_inference import run
 
-    report = run(table, loso=not no_loso)
+    with progress("validating serving estimates"):
+        report = run(table, loso=not no_loso)
     summary = report["summary"]
     if json_out:
         print_json(report)
     else:
-        from rich.table import Table
+        from gpuplan.report.table import Column
 
-        t = Table(title=f"inference validation: {report['table']}")
-        for col in ("id", "metric", "predicted", "measured", "error", "LOSO error", "in bounds"):
-            t.add_column(col)
-        for r in report["rows"]:
-            t.add_row(
+        columns = (
+            Column(header="id", shrink=True, min_width=12),
+            Column(header="metric", priority=3),
+            Column(header="predicted", justify="right"),
+            Column(header="measured", justify="right"),
+            Column(header="error", justify="right"),
+            Column(header="LOSO error", justify="right", priority=1),
+            Column(header="in bounds", priority=2),
+        )
+        cells = [
+            (
                 r.id,
                 r.metric,
                 f"{r.predicted:.4g}",
@@ -336,8 +350,16 @@ def inference(
                 f"{r.loso_error:+.1%}",
                 "-" if r.in_bounds is None else ("yes" if r.in_bounds else "no"),
             )
+            for r in report["rows"]
+        ]
         out = console()
-        out.print(t)
+        print_table(
+            columns,
+            cells,
+            title=f"inference validation: {report['table']}",
+            wide=wide,
+            out=out,
+        )
         for group, s in summary.items():
             cov = s["bounds_coverage"]
             out.print(

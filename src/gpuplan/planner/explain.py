@@ -74,4 +74,9 @@ def warnings_for(o: Option, feasible: Sequence[Option], cheapest: Option) -> tup
         out.append(
             f"{o.instance_type}: vGPU slices for multi-GPU training (no peer-to-peer, shared compute)"
         )
+    if o.price_as_of == "unknown":
+        out.append(
+            f"{o.provider} {o.instance_type}: price age unknown (imported without a date; "
+            "re-import with --as-of DATE)"
+        )
     return tuple(out)

@@ -14,7 +14,7 @@ def plan_settings(
     *,
     objective: str,
     top: int,
-    max_gpus: int,
+    max_gpus: int | None,
     spot_rate: float,
     checkpoint_interval: str,
     risk: str = "medium",

@@ -9,6 +9,9 @@ from gpuplan.cost import CostBreakdown
 from gpuplan.estimate.configure import Configuration
 from gpuplan.estimate.margin import DEFAULT_SAFETY_MARGIN
 
+DEFAULT_MAX_GPUS = 64
+"""GPUs per option when neither the spec nor the caller sets a limit."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PlanSettings:
@@ -17,7 +20,9 @@ class PlanSettings:
     objective: str = "cost"
     """cost (cheapest meeting the deadline), time (fastest within the budget) or pareto."""
     top: int = 10
-    max_gpus: int = 64
+    max_gpus: int | None = None
+    """Most GPUs per option: when set it overrides the spec's ``constraints.max_gpus``; when
+    None the spec's value stands, else :data:`DEFAULT_MAX_GPUS`."""
     spot_interruptions_per_hour: float = 0.05
     checkpoint_interval_s: float = 1800.0
     restart_s: float = 600.0

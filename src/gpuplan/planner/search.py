@@ -25,7 +25,7 @@ from gpuplan.estimate import comm
 from gpuplan.estimate.calibration import efficiencies
 from gpuplan.estimate.configure import Configuration, configure
 from gpuplan.planner.explain import explain, warnings_for
-from gpuplan.planner.model import Option, Plan, PlanSettings, Rejection
+from gpuplan.planner.model import DEFAULT_MAX_GPUS, Option, Plan, PlanSettings, Rejection
 from gpuplan.planner.pareto import pareto_front
 from gpuplan.spec import JobSpec
 
@@ -213,7 +213,7 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
         )
     currency = spec.constraints.currency
     catalog.convert(1.0, "USD", currency)  # unknown currency fails early, naming it
-    max_gpus = min(settings.max_gpus, spec.constraints.max_gpus or settings.max_gpus)
+    max_gpus = settings.max_gpus or spec.constraints.max_gpus or DEFAULT_MAX_GPUS
     options_cost = _cost_options(spec, settings)
     modes = set(spec.constraints.billing)
     deadline = spec.constraints.deadline
@@ -485,7 +485,7 @@ def _option(
         cost=cost,
         time_s=wall,
         tokens=tokens,
-        price_as_of=(price.as_of or off.as_of).isoformat(),
+        price_as_of=str(price.as_of or off.as_of),
         price_source=price.source or off.source,
     )
 

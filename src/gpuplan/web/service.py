@@ -66,7 +66,7 @@ class PlanOptions(_Options):
         description="cost, time or pareto.",
     )
     top: int = Field(default=_default(plan_cmd.plan_command, "top"), ge=1, le=500)
-    max_gpus: int = Field(default=_default(plan_cmd.plan_command, "max_gpus"), ge=1)
+    max_gpus: int | None = Field(default=_default(plan_cmd.plan_command, "max_gpus"), ge=1)
     currency: str | None = Field(default=None, description="USD or CNY (default: the spec's).")
     spot_rate: float = Field(default=_default(plan_cmd.plan_command, "spot_rate"), ge=0)
     checkpoint_interval: str = _default(plan_cmd.plan_command, "checkpoint_interval")
