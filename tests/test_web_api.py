@@ -243,3 +243,56 @@ def test_openapi_documents_the_one_line_error(client: TestClient) -> None:
     assert answer["content"]["application/json"]["schema"]["$ref"].endswith("/ApiError")
     swagger = client.get("/openapi-3.0.json").json()
     assert swagger["openapi"] == "3.0.3" and "anyOf" not in json.dumps(swagger["components"])
+
+
+SEED = EX / "serve-seed.yaml"
+
+
+def test_serve_plan_answers_exactly_the_cli_json(client: TestClient, cli) -> None:  # type: ignore[no-untyped-def]
+    expected = cli("serve", "plan", str(SEED), "--json")
+    assert expected.exit_code == 0, expected.output
+    r = client.post("/api/serve/plan", content=SEED.read_bytes(), headers=YAML)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/json"
+    assert r.text == expected.stdout
+
+
+def test_serve_plan_options_follow_the_cli(client: TestClient, cli) -> None:  # type: ignore[no-untyped-def]
+    expected = cli("serve", "plan", str(SEED), "--json", "--objective", "latency")
+    assert expected.exit_code == 0, expected.output
+    body = {"spec": yaml.safe_load(SEED.read_text(encoding="utf-8")), "objective": "latency"}
+    r = client.post("/api/serve/plan", json=body)
+    assert r.status_code == 200, r.text
+    assert r.text == expected.stdout
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "field", "message"),
+    [
+        ("/api/serve/plan?objective=cheap", None, "objective", "--objective: expected cost or"),
+        ("/api/serve/plan", "a: &x [1]\nb: *x\n", None, "YAML aliases"),
+        ("/api/serve/plan", "services: 3\n", "services", "services"),
+    ],
+)
+def test_serve_plan_bad_input_is_422(
+    client: TestClient, url: str, body: str | None, field: str | None, message: str
+) -> None:
+    content = SEED.read_text(encoding="utf-8") if body is None else body
+    r = client.post(url, content=content, headers=YAML)
+    assert r.status_code == 422, r.text
+    assert message in r.json()["detail"]
+    assert "\n" not in r.json()["detail"]
+    if field is not None:
+        assert r.json()["field"] == field
+
+
+def test_plan_risk_follows_the_cli(client: TestClient, cli) -> None:  # type: ignore[no-untyped-def]
+    expected = cli("plan", str(EX / "llama3-8b-lora.yaml"), "--json", "--risk", "low")
+    assert expected.exit_code == 0, expected.output
+    r = client.post("/api/plan?risk=low", content=LORA, headers=YAML)
+    assert r.status_code == 200, r.text
+    assert r.text == expected.stdout
+    bad = client.post("/api/plan?risk=reckless", content=LORA, headers=YAML)
+    assert bad.status_code == 422
+    assert bad.json()["detail"].startswith("--risk: unknown 'reckless'")
+    assert bad.json()["field"] == "risk"

@@ -151,7 +151,9 @@ def plan(
     """Place every service on a whole GPU, MIG slice, vGPU instance or shared GPU at least cost."""
     from gpuplan.catalog.loader import load_catalog
     from gpuplan.errors import SpecError
+    from gpuplan.planner.flags import serve_objective
     from gpuplan.planner.serve_plan import plan_services
+    from gpuplan.report.payloads import serve_plan_payload
     from gpuplan.report.serve_report import (
         gpu_rows,
         rejection_counts,
@@ -161,13 +163,12 @@ def plan(
     )
     from gpuplan.serve.spec import load_serve_spec
 
-    if objective not in ("cost", "latency"):
-        raise SpecError(f"--objective: expected cost or latency, got {objective!r}")
+    goal = serve_objective(objective)
     if export not in (None, "k8s", "k8s-hami"):
         raise SpecError(f"--export: expected k8s or k8s-hami, got {export!r}")
     spec = load_serve_spec(path)
     with progress(f"placing {len(spec.services)} services"):
-        result = plan_services(spec, load_catalog(catalog), objective=objective, currency=currency)  # type: ignore[arg-type]
+        result = plan_services(spec, load_catalog(catalog), objective=goal, currency=currency)
     if html is not None:
         html.write_text(render_html(result), encoding="utf-8")
     if export:
@@ -176,7 +177,7 @@ def plan(
         typer.echo(to_yaml(manifests(result, spec, hami=export == "k8s-hami")), nl=False)
         return
     if json_out:
-        print_json(result.as_dict())
+        print_json(serve_plan_payload(result))
         return
     from gpuplan.report.table import Column
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from gpuplan.errors import SpecError
 from gpuplan.planner.model import PlanSettings
 from gpuplan.planner.search import RISKS
 from gpuplan.units import parse_duration_s
 
 OBJECTIVES = ("cost", "time", "pareto")
+SERVE_OBJECTIVES = ("cost", "latency")
 
 
 def plan_settings(
@@ -49,3 +52,12 @@ def spec_overrides(overrides: list[str] | None, currency: str | None) -> list[st
     if currency is not None:
         extra.append(f"constraints.currency={currency}")
     return extra
+
+
+def serve_objective(objective: str) -> Literal["cost", "latency"]:
+    """``serve plan --objective``, checked once for the CLI and the web."""
+    if objective == "cost":
+        return "cost"
+    if objective == "latency":
+        return "latency"
+    raise SpecError(f"--objective: expected cost or latency, got {objective!r}")

@@ -1,4 +1,4 @@
-"""The JSON payloads of ``plan``, ``fit``, ``estimate`` and ``catalog offerings``.
+"""The JSON payloads of ``plan``, ``fit``, ``estimate``, ``catalog offerings`` and ``serve plan``.
 
 One builder per command, shared by the CLI's ``--json`` and the web API, so
 both print exactly the same document. Builders only format results; they
@@ -17,6 +17,7 @@ from gpuplan.estimate.comm import Topology
 from gpuplan.estimate.configure import Configuration
 from gpuplan.estimate.fit import FitResult, fit
 from gpuplan.planner.model import Plan
+from gpuplan.planner.serve_plan import ServePlan
 from gpuplan.spec import JobSpec
 
 
@@ -158,3 +159,8 @@ def offerings_payload(
 ) -> list[dict[str, Any]]:
     """``catalog offerings --json``."""
     return [offering_row(o, catalog, currency, region) for o in rows]
+
+
+def serve_plan_payload(result: ServePlan) -> dict[str, Any]:
+    """``serve plan --json``: every service's placement, the shared GPUs, the rejections."""
+    return result.as_dict()

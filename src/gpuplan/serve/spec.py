@@ -278,6 +278,20 @@ def load_serve_spec(path: Path) -> ServeSpec:
     return parse_serve_spec(data, origin=str(path), base_dir=path.parent)
 
 
+def serve_spec_from_text(
+    text: str, *, origin: str = "services", base_dir: Path | None = None
+) -> ServeSpec:
+    """Parse services-file text (YAML or JSON), e.g. a web request body.
+
+    Reads through :func:`gpuplan.userfile.parse_yaml`, so aliases, deep nesting and
+    duplicate keys are refused with the same one-line errors as every user file.
+    """
+    from gpuplan.userfile import parse_yaml
+
+    data = parse_yaml(text, what=origin, path=None, error=SpecError)
+    return parse_serve_spec(data, origin=origin, base_dir=base_dir)
+
+
 def serve_json_schema() -> dict[str, Any]:
     """The JSON schema of a services file (``gpuplan serve schema``)."""
     return ServeSpec.model_json_schema()

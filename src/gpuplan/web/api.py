@@ -18,6 +18,7 @@ from gpuplan.web.service import (
     FitOptions,
     OfferingsOptions,
     PlanOptions,
+    ServePlanOptions,
 )
 from gpuplan.web.store import PlanStore
 
@@ -144,6 +145,35 @@ def api_spec_schema() -> Response:
 
 
 # --- serve plan ------------------------------------------------------------------------
-# REGISTER `POST /api/serve/plan` HERE once `gpuplan serve plan` has landed: parse the body
-# with service.split_body(..., "spec"), call the library function behind `serve plan --json`
-# in run_in_threadpool, and answer with json_response(payload), as api_plan does.
+
+_SERVICES_EXAMPLE = """constraints: {currency: USD}
+services:
+  - name: bert-intent
+    model: bert-base
+    seq_len: 128
+    load: {qps: 20}
+    slo: {latency_p99: 100ms}
+"""
+
+
+@router.post(
+    "/serve/plan",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "A services file as YAML or JSON; or a mapping "
+            "{spec: ..., option: value} whose options override the query's.",
+            "content": {
+                "application/yaml": {"schema": {"type": "string"}, "example": _SERVICES_EXAMPLE},
+                "application/json": {"schema": {"type": "object"}},
+            },
+        }
+    },
+)
+async def api_serve_plan(request: Request, query: Annotated[ServePlanOptions, Query()]) -> Response:
+    """``gpuplan serve plan SERVICES --json``: each service's placement and the shared GPUs."""
+    text, body_opts = service.split_body(await request.body(), "spec")
+    opts = service.merge_options(ServePlanOptions, query, body_opts)
+    return json_response(
+        await run_in_threadpool(service.run_serve_plan, text, opts, _catalog(request))
+    )

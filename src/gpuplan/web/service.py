@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuplan.catalog.loader import Catalog, load_catalog
 from gpuplan.catalog.schema import SCHEMA_VERSION
-from gpuplan.cli import bill_cmd, catalog_cmd, fit_cmd, plan_cmd
+from gpuplan.cli import bill_cmd, catalog_cmd, fit_cmd, plan_cmd, serve_cmd
 from gpuplan.cli.common import to_jsonable
 from gpuplan.cost.mix import bill
 from gpuplan.cost.usage import usage_from_text
@@ -28,7 +28,8 @@ from gpuplan.estimate.configure import configure
 from gpuplan.estimate.fit import fit
 from gpuplan.estimate.hardware import resolve_hardware
 from gpuplan.planner import plan
-from gpuplan.planner.flags import plan_settings, spec_overrides
+from gpuplan.planner.flags import plan_settings, serve_objective, spec_overrides
+from gpuplan.planner.serve_plan import plan_services
 from gpuplan.report.payloads import (
     estimate_payload,
     fit_payload,
@@ -36,11 +37,14 @@ from gpuplan.report.payloads import (
     offerings_payload,
     plan_payload,
     select_offerings,
+    serve_plan_payload,
 )
+from gpuplan.serve.spec import serve_spec_from_text
 from gpuplan.spec import spec_from_text
 from gpuplan.userfile import parse_yaml
 
 ORIGIN = "spec"
+SERVICES = "services"
 USAGE = "usage"
 USAGE_CSV = "usage.csv"
 """How errors name a request body (the CLI names the file instead)."""
@@ -117,6 +121,19 @@ class BillOptions(_Options):
     )
 
 
+class ServePlanOptions(_Options):
+    """The flags of ``gpuplan serve plan`` (no ``--html`` or ``--export``: the API answers JSON)."""
+
+    objective: str = Field(
+        default=_default(serve_cmd.plan, "objective"),
+        description="cost (least monthly cost, packs services onto shared GPUs) or latency.",
+    )
+    currency: str | None = Field(
+        default=_default(serve_cmd.plan, "currency"),
+        description="Currency of costs (default: the file's).",
+    )
+
+
 class OfferingsOptions(_Options):
     """The filters of ``gpuplan catalog offerings``."""
 
@@ -144,7 +161,7 @@ def describe_options_error(exc: ValidationError) -> str:
 def error_field(message: str) -> str | None:
     """The spec field or option an error message names (``seq_len``, ``constraints.budget``)."""
     text = message
-    for origin in (ORIGIN, USAGE_CSV, USAGE):
+    for origin in (ORIGIN, SERVICES, USAGE_CSV, USAGE):
         if text.startswith(f"{origin}:"):
             text = text[len(origin) + 1 :]
             break
@@ -279,3 +296,11 @@ def run_offerings(opts: OfferingsOptions, catalog_path: Path | None) -> Any:
         currency=target,
     )
     return offerings_payload(cat, rows, target, opts.region)
+
+
+def run_serve_plan(text: str, opts: ServePlanOptions, catalog_path: Path | None) -> Any:
+    """``gpuplan serve plan SERVICES --json``."""
+    goal = serve_objective(opts.objective)
+    spec = serve_spec_from_text(text, origin=SERVICES)
+    result = plan_services(spec, load_catalog(catalog_path), objective=goal, currency=opts.currency)
+    return serve_plan_payload(result)
