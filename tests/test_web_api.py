@@ -296,3 +296,33 @@ def test_plan_risk_follows_the_cli(client: TestClient, cli) -> None:  # type: ig
     assert bad.status_code == 422
     assert bad.json()["detail"].startswith("--risk: unknown 'reckless'")
     assert bad.json()["field"] == "risk"
+
+
+def test_serve_page_and_fragment(client: TestClient) -> None:
+    page = client.get("/serve?lang=en")
+    assert page.status_code == 200
+    assert 'id="serve-form"' in page.text
+    assert 'data-fragment="/fragments/serve"' in page.text
+    frag = client.post("/fragments/serve?lang=zh", content=SEED.read_bytes(), headers=YAML)
+    assert frag.status_code == 200, frag.text
+    assert 'id="serve-services"' in frag.text
+    assert 'id="serve-shared"' in frag.text
+    assert "sd-webui" in frag.text
+
+
+def test_plan_form_has_the_risk_select(client: TestClient) -> None:
+    page = client.get("/?lang=en")
+    assert '<select name="risk" data-opt="risk">' in page.text
+    for risk in ("low", "medium", "high"):
+        assert f'<option value="{risk}"' in page.text
+
+
+def test_plan_result_shows_the_verdict_and_keeps_the_risk(client: TestClient) -> None:
+    r = client.post("/api/plan?risk=high", content=LORA, headers=YAML)
+    assert r.status_code == 200, r.text
+    verdicts = {o["verdict"] for o in r.json()["options"]}
+    assert verdicts <= {"fits", "tight", "no"}
+    shared = client.get(f"{r.headers['X-Plan-Url']}?lang=en")
+    assert shared.status_code == 200
+    assert "<th>Fits?</th>" in shared.text
+    assert any(f'class="verdict {v}"' in shared.text for v in verdicts)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import get_args
 
 from gpuplan.catalog.schema import BILLING_MODES
+from gpuplan.planner.search import RISKS
 from gpuplan.report.svg import esc
 from gpuplan.spec import Checkpointing, Method, Optimizer, Precision
 from gpuplan.web.i18n import Texts
@@ -127,6 +128,12 @@ def plan_form(t: Texts, presets: Sequence[str], providers: Sequence[str]) -> str
             t,
             "objective",
             select("objective", ("cost", "time", "pareto"), default.objective, spec=False),
+        ),
+        _field(
+            t,
+            "risk",
+            select("risk", RISKS, default.risk, spec=False),
+            hint=t("hint.risk"),
         ),
     ]
     return (

@@ -5,7 +5,13 @@ from __future__ import annotations
 from gpuplan.report.svg import esc
 from gpuplan.web.i18n import LANGS, Texts
 
-NAV = (("/", "nav.plan"), ("/fit", "nav.fit"), ("/bill", "nav.bill"), ("/catalog", "nav.catalog"))
+NAV = (
+    ("/", "nav.plan"),
+    ("/fit", "nav.fit"),
+    ("/serve", "nav.serve"),
+    ("/bill", "nav.bill"),
+    ("/catalog", "nav.catalog"),
+)
 
 
 def page(t: Texts, title: str, body: str, *, path: str, query: str = "") -> str:

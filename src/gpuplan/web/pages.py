@@ -1,4 +1,4 @@
-"""The HTML pages: plan form and results, shared plans, fit, bill and the catalog."""
+"""The HTML pages: plan form and results, shared plans, fit, serve plan, bill and the catalog."""
 
 from __future__ import annotations
 
@@ -13,13 +13,20 @@ from starlette.concurrency import run_in_threadpool
 from gpuplan.catalog.loader import load_catalog
 from gpuplan.errors import SpecError
 from gpuplan.models.presets import list_presets
+from gpuplan.planner.flags import SERVE_OBJECTIVES
 from gpuplan.report.svg import esc
 from gpuplan.spec import spec_from_text
 from gpuplan.web import forms, render, service
 from gpuplan.web.api import is_csv, plan_and_store
 from gpuplan.web.i18n import Texts, pick
 from gpuplan.web.layout import page
-from gpuplan.web.service import BillOptions, FitOptions, OfferingsOptions, PlanOptions
+from gpuplan.web.service import (
+    BillOptions,
+    FitOptions,
+    OfferingsOptions,
+    PlanOptions,
+    ServePlanOptions,
+)
 from gpuplan.web.store import PlanStore, StoredPlan
 
 router = APIRouter(include_in_schema=False)
@@ -181,6 +188,39 @@ async def fit_fragment(request: Request) -> HTMLResponse:
     text, _ = service.split_body(await request.body(), "spec")
     payload = await run_in_threadpool(service.run_fit, text, opts, _catalog_path(request))
     return HTMLResponse(render.fit_table(t, payload))
+
+
+@router.get("/serve", response_class=HTMLResponse)
+def serve_page(request: Request) -> HTMLResponse:
+    """Serve plan: a services file; each service's placement and the shared GPUs."""
+    t = texts(request)
+    default = ServePlanOptions()
+    controls = forms.option_field(
+        t,
+        "objective",
+        forms.select("objective", SERVE_OBJECTIVES, default.objective, spec=False),
+    )
+    controls += forms.option_field(
+        t, "currency", forms.select("currency", ("", *forms.CURRENCIES), "", spec=False)
+    )
+    body = (
+        f'<p class="lead">{esc(t("serve.lead"))}</p>'
+        + forms.simple_form(
+            t, "serve-form", "/fragments/serve", controls, upload=t("serve.services")
+        )
+        + '<section id="result" aria-live="polite"></section>'
+    )
+    return html(t, page(t, t("title.serve"), body, path="/serve"))
+
+
+@router.post("/fragments/serve", response_class=HTMLResponse)
+async def serve_fragment(request: Request) -> HTMLResponse:
+    """The placement tables of ``POST /api/serve/plan``'s JSON."""
+    t = texts(request)
+    opts = _query_options(ServePlanOptions, request)
+    text, _ = service.split_body(await request.body(), "spec")
+    payload = await run_in_threadpool(service.run_serve_plan, text, opts, _catalog_path(request))
+    return HTMLResponse(render.serve_tables(t, payload))
 
 
 @router.get("/bill", response_class=HTMLResponse)

@@ -1,4 +1,4 @@
-"""HTML fragments of the API's JSON: plan result, fit table, bill, offerings.
+"""HTML fragments of the API's JSON: plan result, fit table, bill, serve plan, offerings.
 
 They format the JSON documents the API returns (the CLI's ``--json``) and
 recompute nothing; the charts are :mod:`gpuplan.report.svg`'s, drawn from the
@@ -288,6 +288,73 @@ def bill_table(t: Texts, report: Mapping[str, Any], top: int = 15) -> str:
         numeric=(1, 3),
         table_id="bill",
     )
+
+
+def _p99(latency: Mapping[str, Any]) -> float | None:
+    """The service's p99 latency in seconds (LLMs: time to first token)."""
+    value = latency.get("latency_p99_s", latency.get("ttft_p99_s"))
+    return None if value is None else float(value)
+
+
+def serve_tables(t: Texts, result: Mapping[str, Any]) -> str:
+    """``serve plan --json``: each service's placement, then the GPUs services share."""
+    cur = str(result.get("currency", "USD"))
+    head = t(
+        "serve.summary",
+        total=t.money(result.get("cost_per_month"), cur),
+        dedicated=t.money(result.get("dedicated_cost_per_month"), cur),
+    )
+    rows = []
+    for s in result.get("services", []):
+        p99 = _p99(s.get("latency", {}))
+        rows.append(
+            [
+                esc(s["service"]),
+                esc(s["placement"]),
+                esc(t.num(s.get("replicas"))),
+                esc("-" if p99 is None else f"{t.num(p99 * 1000, 1)} ms"),
+                esc(t.money(s.get("cost_per_month"), cur)),
+                esc(s.get("why", "")),
+            ]
+        )
+    out = f"<p>{esc(head)}</p>" + table(
+        [
+            t("col.service"),
+            t("col.placement"),
+            t("col.replicas"),
+            t("col.p99"),
+            t("col.per_month"),
+            t("col.why"),
+        ],
+        rows,
+        numeric=(2, 3, 4),
+        table_id="serve-services",
+    )
+    shared = list(result.get("shared_gpus", []))
+    if shared:
+        gpu_rows = [
+            [
+                esc(g["placement"]),
+                esc(", ".join(g.get("services", []))),
+                esc(f"{t.num(100 * float(g.get('compute_used', 0.0)))}%"),
+                esc(t.gib(g.get("memory_used_bytes"))),
+                esc(t.money(g.get("cost_per_month"), cur)),
+            ]
+            for g in shared
+        ]
+        out += f"<h2>{esc(t('serve.shared'))}</h2>" + table(
+            [
+                t("col.gpu"),
+                t("col.services"),
+                t("col.compute"),
+                t("col.memory_gib"),
+                t("col.per_month"),
+            ],
+            gpu_rows,
+            numeric=(2, 3, 4),
+            table_id="serve-shared",
+        )
+    return out
 
 
 def offerings_table(t: Texts, rows: Sequence[Mapping[str, Any]]) -> str:
