@@ -173,6 +173,16 @@ def test_bill_page_with_an_uploaded_utilization_csv(page: Page, live_server: str
     assert "H100-SXM" in page.locator("#result").inner_text()
 
 
+def test_serve_page_with_the_seed_services(page: Page, live_server: str) -> None:
+    page.goto(f"{live_server}/serve?lang=en")
+    page.fill("#spec-yaml", (EX / "serve-seed.yaml").read_text(encoding="utf-8"))
+    page.select_option('[data-opt="objective"]', "cost")
+    page.click("#serve-form button[type=submit]")
+    expect(page.locator("#serve-services tbody tr").first).to_be_visible(timeout=RUN_TIMEOUT_MS)
+    assert "sd-webui" in page.locator("#serve-services").inner_text()
+    expect(page.locator("#serve-shared tbody tr").first).to_be_visible()
+
+
 def test_api_docs_render_from_local_files(page: Page, live_server: str) -> None:
     outside: list[str] = []
     page.on(
