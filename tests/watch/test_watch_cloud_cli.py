@@ -91,6 +91,24 @@ def idle_smi(tmp_path: Path) -> str:
     return f"{sys.executable} {DATA / 'fake_nvidia_smi.py'} {script}"
 
 
+def watch_idle(
+    cli: Cli, tmp_path: Path, state: Path | str, *flags: str, log_level: str = "error"
+) -> Any:
+    """``gpuplan watch --json`` on an idle fake GPU with the fast timings; the click Result."""
+    return cli(
+        "watch",
+        "--nvidia-smi",
+        idle_smi(tmp_path),
+        "--state",
+        str(state),
+        "--json",
+        "--log-level",
+        log_level,
+        *flags,
+        *FAST,
+    )
+
+
 def one_line_error(result: Any, *needles: str) -> None:
     assert result.exit_code == 2, result.output
     err = result.stderr.strip()
@@ -116,15 +134,10 @@ def test_alibaba_stop_executes_once_per_cooldown_and_never_leaks_the_secret(
     ali, _ = clouds
     state = tmp_path / "watch.db"
     caplog.set_level(logging.DEBUG)
-    result = cli(
-        "watch",
-        "--nvidia-smi",
-        idle_smi(tmp_path),
-        "--state",
+    result = watch_idle(
+        cli,
+        tmp_path,
         str(state),
-        "--json",
-        "--log-level",
-        "debug",
         "--alibaba",
         "stop",
         "--instance-id",
@@ -134,7 +147,7 @@ def test_alibaba_stop_executes_once_per_cooldown_and_never_leaks_the_secret(
         "--alibaba-endpoint",
         ali.url,
         "--execute",
-        *FAST,
+        log_level="debug",
     )
     steps = live(result)
     acted = [s for s in steps if s["action"]]
@@ -168,17 +181,11 @@ def test_dry_run_is_the_default_and_calls_no_api(
     ):
         state = tmp_path / f"{flags[0][2:]}.db"
         steps = live(
-            cli(
-                "watch",
-                "--nvidia-smi",
-                idle_smi(tmp_path),
-                "--state",
+            watch_idle(
+                cli,
+                tmp_path,
                 str(state),
-                "--json",
-                "--log-level",
-                "error",
                 *flags,
-                *FAST,
             )
         )
         acted = [s for s in steps if s["action"]]
@@ -199,18 +206,12 @@ def test_cloud_options_from_a_config_file(
         f"alibaba-endpoint: {ali.url}\n"
     )
     steps = live(
-        cli(
-            "watch",
+        watch_idle(
+            cli,
+            tmp_path,
+            str(tmp_path / "w.db"),
             "--config",
             str(config),
-            "--nvidia-smi",
-            idle_smi(tmp_path),
-            "--state",
-            str(tmp_path / "w.db"),
-            "--json",
-            "--log-level",
-            "error",
-            *FAST,
         )
     )
     detail = next(s for s in steps if s["action"])["results"][0]["detail"]
@@ -227,15 +228,10 @@ def test_tencent_scale_in_below_min_size_is_a_recorded_refusal(
         tc.members[iid] = Member(group=TC_GROUP, state="IN_SERVICE")
     state = tmp_path / "watch.db"
     steps = live(
-        cli(
-            "watch",
-            "--nvidia-smi",
-            idle_smi(tmp_path),
-            "--state",
+        watch_idle(
+            cli,
+            tmp_path,
             str(state),
-            "--json",
-            "--log-level",
-            "error",
             "--tencent",
             "scale-in",
             "--scaling-group",
@@ -249,7 +245,6 @@ def test_tencent_scale_in_below_min_size_is_a_recorded_refusal(
             "--tencent-endpoint",
             tc.url,
             "--execute",
-            *FAST,
         )
     )
     result = next(s for s in steps if s["action"])["results"][0]
@@ -266,15 +261,10 @@ def test_tencent_api_error_is_a_recorded_failure_not_a_traceback(
     tc.fail["StopInstances"] = (200, "UnauthorizedOperation", "CAM policy denies cvm:StopInstances")
     state = tmp_path / "watch.db"
     steps = live(
-        cli(
-            "watch",
-            "--nvidia-smi",
-            idle_smi(tmp_path),
-            "--state",
+        watch_idle(
+            cli,
+            tmp_path,
             str(state),
-            "--json",
-            "--log-level",
-            "debug",
             "--tencent",
             "stop",
             "--instance-id",
@@ -284,7 +274,7 @@ def test_tencent_api_error_is_a_recorded_failure_not_a_traceback(
             "--tencent-endpoint",
             tc.url,
             "--execute",
-            *FAST,
+            log_level="debug",
         )
     )
     acted = [s for s in steps if s["action"]]
@@ -310,15 +300,10 @@ def test_instance_and_region_from_the_metadata_flag(
     server = start_metadata(meta)
     try:
         live(
-            cli(
-                "watch",
-                "--nvidia-smi",
-                idle_smi(tmp_path),
-                "--state",
+            watch_idle(
+                cli,
+                tmp_path,
                 str(tmp_path / "w.db"),
-                "--json",
-                "--log-level",
-                "error",
                 "--tencent",
                 "stop",
                 "--metadata-url",
@@ -326,7 +311,6 @@ def test_instance_and_region_from_the_metadata_flag(
                 "--tencent-endpoint",
                 tc.url,
                 "--execute",
-                *FAST,
             )
         )
     finally:
