@@ -23,6 +23,7 @@ from cloud_fakes import (
     FakeCloud,
     Member,
     Metadata,
+    running,
     start_alibaba,
     start_metadata,
     start_tencent,
@@ -74,12 +75,8 @@ def clouds(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeCloud, FakeClo
     use_alibaba_env(monkeypatch, ALI_KEY_ID, ALI_SECRET)
     monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", TC_SECRET_ID)
     monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", TC_SECRET_KEY)
-    ali, tc = FakeCloud(), FakeCloud()
-    servers = [start_alibaba(ali), start_tencent(tc)]
-    yield ali, tc
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with running(start_alibaba, FakeCloud()) as ali, running(start_tencent, FakeCloud()) as tc:
+        yield ali, tc
     assert ali.problems == [] and tc.problems == []
 
 
@@ -297,8 +294,7 @@ def test_instance_and_region_from_the_metadata_flag(
             "/latest/meta-data/placement/region": "ap-guangzhou",
         }
     )
-    server = start_metadata(meta)
-    try:
+    with running(start_metadata, meta):
         live(
             watch_idle(
                 cli,
@@ -313,9 +309,6 @@ def test_instance_and_region_from_the_metadata_flag(
                 "--execute",
             )
         )
-    finally:
-        server.shutdown()
-        server.server_close()
     assert tc.stopped == {TC_ME: "STOP_CHARGING"}
 
 
