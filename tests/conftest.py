@@ -19,6 +19,40 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 EXAMPLES = REPO / "examples"
 
+# The GPU ids the built-in catalog must always carry (catalog CLI and offerings tests).
+REQUIRED_GPU_IDS = frozenset(
+    {
+        "T4",
+        "A10",
+        "A10G",
+        "L4",
+        "L40S",
+        "V100-16GB",
+        "V100-32GB",
+        "A100-40GB",
+        "A100-80GB",
+        "A100-80GB-PCIE",
+        "H100-SXM",
+        "H100-PCIE",
+        "H100-NVL",
+        "H200",
+        "H20",
+        "B200",
+        "GB200",
+        "MI300X",
+        "MI325X",
+        "RTX-4090",
+        "RTX-3090",
+        "RTX-A6000",
+    }
+)
+
+
+@pytest.fixture
+def required_gpu_ids() -> frozenset[str]:
+    """The GPU ids the built-in catalog must always carry."""
+    return REQUIRED_GPU_IDS
+
 
 @pytest.fixture
 def shared_ref() -> Path:

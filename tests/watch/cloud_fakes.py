@@ -9,13 +9,15 @@ error shape), and records every call so tests can assert what was (not) called.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 ALI_KEY_ID = "LTAI5tFakeKeyId0001"
 ALI_SECRET = "ali-secret-MUST-NOT-LEAK-7f3a"
@@ -423,3 +425,17 @@ def start_metadata(meta: Metadata) -> ThreadingHTTPServer:
     server = _start(_MetadataHandler, meta)
     meta.url = f"http://127.0.0.1:{server.server_address[1]}"
     return server
+
+
+_Fake = TypeVar("_Fake")
+
+
+@contextlib.contextmanager
+def running(start: Callable[[_Fake], ThreadingHTTPServer], fake: _Fake) -> Iterator[_Fake]:
+    """Serve ``fake`` with ``start`` (``start_alibaba``, ``start_metadata``...) for the block."""
+    server = start(fake)
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()

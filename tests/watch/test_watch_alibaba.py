@@ -11,6 +11,7 @@ from cloud_fakes import (
     FakeCloud,
     Member,
     Metadata,
+    running,
     start_alibaba,
     start_metadata,
     use_alibaba_env,
@@ -40,11 +41,8 @@ def ali_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def ali(ali_env: None) -> Iterator[FakeCloud]:
     """A fake ECS + ESS endpoint; every test ends with no failed parameter check."""
-    cloud = FakeCloud()
-    server = start_alibaba(cloud)
-    yield cloud
-    server.shutdown()
-    server.server_close()
+    with running(start_alibaba, FakeCloud()) as cloud:
+        yield cloud
     assert cloud.problems == []
 
 
@@ -84,15 +82,10 @@ def test_instance_and_region_from_hardened_metadata(ali: FakeCloud) -> None:
         pages={"/latest/meta-data/instance-id": ME, "/latest/meta-data/region-id": REGION},
         token="tok-123",
     )
-    server = start_metadata(meta)
-    try:
+    with running(start_metadata, meta):
         action = AlibabaStopAction(endpoint=ali.url, metadata_url=meta.url)
         assert action.resolve() == (ME, REGION)
         assert action.run(CTX, execute=True).ok
-    finally:
-        server.shutdown()
-        server.server_close()
-    server.server_close()
     assert ali.stopped == {ME: "StopCharging"}
 
 

@@ -23,6 +23,7 @@ from cloud_fakes import (
     FakeCloud,
     Member,
     Metadata,
+    running,
     start_alibaba,
     start_metadata,
     start_tencent,
@@ -74,12 +75,8 @@ def clouds(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeCloud, FakeClo
     use_alibaba_env(monkeypatch, ALI_KEY_ID, ALI_SECRET)
     monkeypatch.setenv("TENCENTCLOUD_SECRET_ID", TC_SECRET_ID)
     monkeypatch.setenv("TENCENTCLOUD_SECRET_KEY", TC_SECRET_KEY)
-    ali, tc = FakeCloud(), FakeCloud()
-    servers = [start_alibaba(ali), start_tencent(tc)]
-    yield ali, tc
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with running(start_alibaba, FakeCloud()) as ali, running(start_tencent, FakeCloud()) as tc:
+        yield ali, tc
     assert ali.problems == [] and tc.problems == []
 
 
@@ -89,6 +86,24 @@ def idle_smi(tmp_path: Path) -> str:
         json.dumps({"gpu": gpu_csv([0.0, 0.0]), "gpu_exit": 0, "apps": "", "apps_exit": 0})
     )
     return f"{sys.executable} {DATA / 'fake_nvidia_smi.py'} {script}"
+
+
+def watch_idle(
+    cli: Cli, tmp_path: Path, state: Path | str, *flags: str, log_level: str = "error"
+) -> Any:
+    """``gpuplan watch --json`` on an idle fake GPU with the fast timings; the click Result."""
+    return cli(
+        "watch",
+        "--nvidia-smi",
+        idle_smi(tmp_path),
+        "--state",
+        str(state),
+        "--json",
+        "--log-level",
+        log_level,
+        *flags,
+        *FAST,
+    )
 
 
 def one_line_error(result: Any, *needles: str) -> None:
@@ -116,15 +131,10 @@ def test_alibaba_stop_executes_once_per_cooldown_and_never_leaks_the_secret(
     ali, _ = clouds
     state = tmp_path / "watch.db"
     caplog.set_level(logging.DEBUG)
-    result = cli(
-        "watch",
-        "--nvidia-smi",
-        idle_smi(tmp_path),
-        "--state",
+    result = watch_idle(
+        cli,
+        tmp_path,
         str(state),
-        "--json",
-        "--log-level",
-        "debug",
         "--alibaba",
         "stop",
         "--instance-id",
@@ -134,7 +144,7 @@ def test_alibaba_stop_executes_once_per_cooldown_and_never_leaks_the_secret(
         "--alibaba-endpoint",
         ali.url,
         "--execute",
-        *FAST,
+        log_level="debug",
     )
     steps = live(result)
     acted = [s for s in steps if s["action"]]
@@ -168,17 +178,11 @@ def test_dry_run_is_the_default_and_calls_no_api(
     ):
         state = tmp_path / f"{flags[0][2:]}.db"
         steps = live(
-            cli(
-                "watch",
-                "--nvidia-smi",
-                idle_smi(tmp_path),
-                "--state",
+            watch_idle(
+                cli,
+                tmp_path,
                 str(state),
-                "--json",
-                "--log-level",
-                "error",
                 *flags,
-                *FAST,
             )
         )
         acted = [s for s in steps if s["action"]]
@@ -199,18 +203,12 @@ def test_cloud_options_from_a_config_file(
         f"alibaba-endpoint: {ali.url}\n"
     )
     steps = live(
-        cli(
-            "watch",
+        watch_idle(
+            cli,
+            tmp_path,
+            str(tmp_path / "w.db"),
             "--config",
             str(config),
-            "--nvidia-smi",
-            idle_smi(tmp_path),
-            "--state",
-            str(tmp_path / "w.db"),
-            "--json",
-            "--log-level",
-            "error",
-            *FAST,
         )
     )
     detail = next(s for s in steps if s["action"])["results"][0]["detail"]
@@ -227,15 +225,10 @@ def test_tencent_scale_in_below_min_size_is_a_recorded_refusal(
         tc.members[iid] = Member(group=TC_GROUP, state="IN_SERVICE")
     state = tmp_path / "watch.db"
     steps = live(
-        cli(
-            "watch",
-            "--nvidia-smi",
-            idle_smi(tmp_path),
-            "--state",
+        watch_idle(
+            cli,
+            tmp_path,
             str(state),
-            "--json",
-            "--log-level",
-            "error",
             "--tencent",
             "scale-in",
             "--scaling-group",
@@ -249,7 +242,6 @@ def test_tencent_scale_in_below_min_size_is_a_recorded_refusal(
             "--tencent-endpoint",
             tc.url,
             "--execute",
-            *FAST,
         )
     )
     result = next(s for s in steps if s["action"])["results"][0]
@@ -266,15 +258,10 @@ def test_tencent_api_error_is_a_recorded_failure_not_a_traceback(
     tc.fail["StopInstances"] = (200, "UnauthorizedOperation", "CAM policy denies cvm:StopInstances")
     state = tmp_path / "watch.db"
     steps = live(
-        cli(
-            "watch",
-            "--nvidia-smi",
-            idle_smi(tmp_path),
-            "--state",
+        watch_idle(
+            cli,
+            tmp_path,
             str(state),
-            "--json",
-            "--log-level",
-            "debug",
             "--tencent",
             "stop",
             "--instance-id",
@@ -284,7 +271,7 @@ def test_tencent_api_error_is_a_recorded_failure_not_a_traceback(
             "--tencent-endpoint",
             tc.url,
             "--execute",
-            *FAST,
+            log_level="debug",
         )
     )
     acted = [s for s in steps if s["action"]]
@@ -307,18 +294,12 @@ def test_instance_and_region_from_the_metadata_flag(
             "/latest/meta-data/placement/region": "ap-guangzhou",
         }
     )
-    server = start_metadata(meta)
-    try:
+    with running(start_metadata, meta):
         live(
-            cli(
-                "watch",
-                "--nvidia-smi",
-                idle_smi(tmp_path),
-                "--state",
+            watch_idle(
+                cli,
+                tmp_path,
                 str(tmp_path / "w.db"),
-                "--json",
-                "--log-level",
-                "error",
                 "--tencent",
                 "stop",
                 "--metadata-url",
@@ -326,12 +307,8 @@ def test_instance_and_region_from_the_metadata_flag(
                 "--tencent-endpoint",
                 tc.url,
                 "--execute",
-                *FAST,
             )
         )
-    finally:
-        server.shutdown()
-        server.server_close()
     assert tc.stopped == {TC_ME: "STOP_CHARGING"}
 
 

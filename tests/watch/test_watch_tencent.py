@@ -12,6 +12,7 @@ from cloud_fakes import (
     FakeCloud,
     Member,
     Metadata,
+    running,
     start_metadata,
     start_tencent,
 )
@@ -47,11 +48,8 @@ def tc_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def tc(tc_env: None) -> Iterator[FakeCloud]:
     """A fake CVM + AS endpoint; every test ends with no failed parameter check."""
-    cloud = FakeCloud()
-    server = start_tencent(cloud)
-    yield cloud
-    server.shutdown()
-    server.server_close()
+    with running(start_tencent, FakeCloud()) as cloud:
+        yield cloud
     assert cloud.problems == []
 
 
@@ -104,14 +102,10 @@ def test_instance_and_region_from_metadata(tc: FakeCloud) -> None:
     meta = Metadata(
         pages={"/latest/meta-data/instance-id": ME, "/latest/meta-data/placement/region": REGION}
     )
-    server = start_metadata(meta)
-    try:
+    with running(start_metadata, meta):
         action = TencentStopAction(endpoint=tc.url, metadata_url=meta.url)
         assert action.resolve() == (ME, REGION)
         assert action.run(CTX, execute=True).ok
-    finally:
-        server.shutdown()
-        server.server_close()
     assert tc.stopped == {ME: "STOP_CHARGING"}
 
 

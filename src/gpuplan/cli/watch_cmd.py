@@ -24,12 +24,12 @@ from gpuplan.cli.watch_common import (
     Json,
     LogLevel,
     MaxSteps,
+    MetricScale,
     Window,
     echo_json,
     given,
-    restore_signals,
+    run_until_signalled,
     setup_logging,
-    stop_on_signals,
 )
 from gpuplan.cli.watch_fleet_cmd import fleet
 from gpuplan.cli.watch_replay_cmd import run_replay_cli
@@ -228,14 +228,7 @@ def watch(  # noqa: PLR0913 - one parameter per CLI option; the body only dispat
             ),
         ),
     ] = "DCGM_FI_DEV_GPU_UTIL",
-    metric_scale: Annotated[
-        str | None,
-        typer.Option(
-            "--metric-scale",
-            metavar="X",
-            help="Percent per unit for a metric not in the known list.",
-        ),
-    ] = None,
+    metric_scale: MetricScale = None,
     cpu_threshold: Annotated[
         str | None,
         typer.Option(
@@ -489,12 +482,7 @@ def _run_daemon(raw: dict[str, Any], *, json_out: bool) -> None:
     run = open_agent(
         raw, sleep=stop.wait, on_step=(lambda o: echo_json(o.record)) if json_out else None
     )
-    previous = stop_on_signals(stop)
-    try:
-        run.agent.run(max_steps=run.max_steps, stop=stop)
-    finally:
-        restore_signals(previous)
-        run.close()
+    run_until_signalled(stop, lambda: run.agent.run(max_steps=run.max_steps, stop=stop), run.close)
 
 
 watch_app.command("status")(status)

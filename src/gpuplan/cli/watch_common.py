@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Annotated, Any, TextIO
 
 import typer
@@ -44,6 +45,14 @@ Window = Annotated[
         "--window",
         metavar=DURATION,
         help="Continuous idle needed before acting (90s, 10m, 2h; the unit is required).",
+    ),
+]
+MetricScale = Annotated[
+    str | None,
+    typer.Option(
+        "--metric-scale",
+        metavar="X",
+        help="Percent per unit for a metric not in the known list.",
     ),
 ]
 Force = Annotated[
@@ -86,6 +95,18 @@ def restore_signals(previous: dict[int, Any]) -> None:
     """Put back the handlers saved by :func:`stop_on_signals`."""
     for sig, handler in previous.items():
         signal.signal(sig, handler)
+
+
+def run_until_signalled(
+    stop: threading.Event, run: Callable[[], object], close: Callable[[], object]
+) -> None:
+    """Call ``run`` while SIGTERM/SIGINT set ``stop``; then restore the handlers and ``close``."""
+    previous = stop_on_signals(stop)
+    try:
+        run()
+    finally:
+        restore_signals(previous)
+        close()
 
 
 def given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:

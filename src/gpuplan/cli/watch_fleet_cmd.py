@@ -18,11 +18,11 @@ from gpuplan.cli.watch_common import (
     Json,
     LogLevel,
     MaxSteps,
+    MetricScale,
     Window,
     echo_json,
-    restore_signals,
+    run_until_signalled,
     setup_logging,
-    stop_on_signals,
 )
 
 
@@ -65,14 +65,7 @@ def fleet(
             help="Utilization metric (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_PROF_GR_ENGINE_ACTIVE...).",
         ),
     ] = "DCGM_FI_DEV_GPU_UTIL",
-    metric_scale: Annotated[
-        str | None,
-        typer.Option(
-            "--metric-scale",
-            metavar="X",
-            help="Percent per unit for a metric not in the known list.",
-        ),
-    ] = None,
+    metric_scale: MetricScale = None,
     scale_in_below: Annotated[
         str,
         typer.Option(
@@ -221,9 +214,4 @@ def fleet(
     agent, steps, close = open_fleet(
         raw, sleep=stop.wait, on_decision=echo_json if json_out else None
     )
-    previous = stop_on_signals(stop)
-    try:
-        agent.run(max_steps=steps, stop=stop)
-    finally:
-        restore_signals(previous)
-        close()
+    run_until_signalled(stop, lambda: agent.run(max_steps=steps, stop=stop), close)

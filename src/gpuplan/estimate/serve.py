@@ -302,12 +302,7 @@ def _llm(svc: ServiceSpec, device: Device, cfg: Any, weights: str, fit: Fitted) 
         f"throughput is the replica's capacity at batch {b_max} "
         f"({n_in} in / {n_out} out tokens per request); latency at the service's load",
         QUEUE_MODEL,
-        *(
-            [f"sharing interference: x{factor} throughput, x{lat_f} p99 latency ({device.basis})"]
-            if device.kind in ("time-slicing", "mps")
-            else []
-        ),
-        *([] if has_slo else [f"no latency target: capacity planned at {TARGET_UTILIZATION:.0%}"]),
+        *_sharing_and_slo_notes(device, has_slo=has_slo),
     )
     return ServeEstimate(
         service=svc.name,
@@ -324,6 +319,19 @@ def _llm(svc: ServiceSpec, device: Device, cfg: Any, weights: str, fit: Fitted) 
         bounds=bounds,
         assumptions=assumptions,
     )
+
+
+def _sharing_and_slo_notes(device: Device, *, has_slo: bool) -> tuple[str, ...]:
+    """The assumptions every service kind ends with: sharing interference, no latency target."""
+    notes: list[str] = []
+    if device.kind in ("time-slicing", "mps"):
+        notes.append(
+            f"sharing interference: x{device.throughput_factor} throughput, "
+            f"x{device.latency_p99_factor} p99 latency ({device.basis})"
+        )
+    if not has_slo:
+        notes.append(f"no latency target: capacity planned at {TARGET_UTILIZATION:.0%}")
+    return tuple(notes)
 
 
 def _nonllm(
@@ -419,12 +427,7 @@ def _nonllm(
         f"weights read once per batch, +{fit.step_overhead_s * 1e3:.1f} ms per batch",
         f"device: {device.label} ({device.kind}; {device.compute_fraction:.0%} of SMs; {device.basis})",
         QUEUE_MODEL.replace("largest batch", "largest batch (dynamic batching)"),
-        *(
-            [f"sharing interference: x{factor} throughput, x{lat_f} p99 latency ({device.basis})"]
-            if device.kind in ("time-slicing", "mps")
-            else []
-        ),
-        *([] if has_slo else [f"no latency target: capacity planned at {TARGET_UTILIZATION:.0%}"]),
+        *_sharing_and_slo_notes(device, has_slo=has_slo),
     )
     return ServeEstimate(
         service=svc.name,

@@ -17,18 +17,22 @@ from the ``alibabacloud_credentials`` default chain (environment
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from gpuplan.errors import ActionError, MonitorError
-from gpuplan.monitor.actions import ActionContext, ActionResult
+from gpuplan.errors import MonitorError
+from gpuplan.monitor.cloud_action_base import (
+    CloudActionBase,
+    CloudScaleInBase,
+    CloudStopBase,
+    ScaleInPlan,
+)
 from gpuplan.monitor.cloud_meta import (
     ALIBABA,
     CALL_TIMEOUT_S,
     CloudTarget,
-    bounded,
     load_sdk,
     parse_endpoint,
-    sdk_error,
 )
 
 _ECS = "alibabacloud_ecs20140526"
@@ -37,7 +41,7 @@ _ESS = "alibabacloud_ess20220222"
 _REMOVABLE = ("InService", "Stopped")
 
 
-class _AlibabaBase:
+class _AlibabaBase(CloudActionBase):
     def __init__(
         self,
         sdk: str,
@@ -55,10 +59,6 @@ class _AlibabaBase:
         self.endpoint = None if endpoint is None else parse_endpoint(endpoint, "--alibaba-endpoint")
         self._clients: dict[str, Any] = {}
         self.call_timeout_s = CALL_TIMEOUT_S
-
-    def resolve(self) -> tuple[str, str]:
-        """Instance id and region (given, else from metadata); the daemon calls it at start."""
-        return self.where.resolve()
 
     def client(self, region: str) -> Any:
         """An SDK client for ``region`` with the default credential chain; cached."""
@@ -82,7 +82,7 @@ class _AlibabaBase:
         return load_sdk(f"{self._sdk}.models", ALIBABA)
 
 
-class AlibabaStopAction(_AlibabaBase):
+class AlibabaStopAction(_AlibabaBase, CloudStopBase):
     """Stop this ECS instance (``aliyun ecs StopInstances --StoppedMode StopCharging``).
 
     Args:
@@ -114,57 +114,26 @@ class AlibabaStopAction(_AlibabaBase):
         )
         self.stopped_mode = "KeepCharging" if keep_charging else "StopCharging"
 
-    def run(self, ctx: ActionContext, *, execute: bool) -> ActionResult:
-        """Stop the instance (or describe the call in a dry run)."""
-        try:
-            iid, region = self.where.target(ctx.target)
-        except ActionError as exc:
-            return ActionResult(action=self.name, executed=False, ok=False, detail=exc.message)
-        call = f"ECS StopInstances {iid} in {region} (StoppedMode={self.stopped_mode})"
-        if not execute:
-            return ActionResult(
-                action=self.name, executed=False, ok=True, detail=f"dry run: would call {call}"
-            )
-        try:
-            request = self.models().StopInstancesRequest(
-                region_id=region, instance_id=[iid], stopped_mode=self.stopped_mode
-            )
-            body = bounded(
-                lambda: self.client(region).stop_instances(request).body.to_map(),
-                self.call_timeout_s,
-                "StopInstances",
-            )
-        except MonitorError as exc:
-            return ActionResult(action=self.name, executed=False, ok=False, detail=exc.one_line())
-        except Exception as exc:  # noqa: BLE001 - SDK errors vary; report, never raise
-            return ActionResult(
-                action=self.name, executed=True, ok=False, detail=f"{call}: {sdk_error(exc)}"
-            )
-        answers = body.get("InstanceResponses", {}).get("InstanceResponse", [])
+    def _describe_stop(self, iid: str, region: str) -> str:
+        return f"ECS StopInstances {iid} in {region} (StoppedMode={self.stopped_mode})"
+
+    def _stop_call(self, iid: str, region: str) -> Callable[[], Any]:
+        request = self.models().StopInstancesRequest(
+            region_id=region, instance_id=[iid], stopped_mode=self.stopped_mode
+        )
+        return lambda: self.client(region).stop_instances(request).body.to_map()
+
+    def _stop_outcome(self, answer: Any, iid: str, call: str) -> tuple[bool, str]:
+        answers = answer.get("InstanceResponses", {}).get("InstanceResponse", [])
         mine = next((a for a in answers if a.get("InstanceId") == iid), None)
         if mine is None:
-            return ActionResult(
-                action=self.name,
-                executed=True,
-                ok=False,
-                detail=f"{call}: no answer for {iid} (request id {body.get('RequestId')})",
-            )
+            return False, f"{call}: no answer for {iid} (request id {answer.get('RequestId')})"
         if str(mine.get("Code")) != "200":
-            return ActionResult(
-                action=self.name,
-                executed=True,
-                ok=False,
-                detail=f"{call}: {mine.get('Code')}: {mine.get('Message')}",
-            )
-        return ActionResult(
-            action=self.name,
-            executed=True,
-            ok=True,
-            detail=f"{call}: {mine.get('PreviousStatus')} -> {mine.get('CurrentStatus')}",
-        )
+            return False, f"{call}: {mine.get('Code')}: {mine.get('Message')}"
+        return True, f"{call}: {mine.get('PreviousStatus')} -> {mine.get('CurrentStatus')}"
 
 
-class EssScaleInAction(_AlibabaBase):
+class EssScaleInAction(_AlibabaBase, CloudScaleInBase):
     """Remove one instance from its ESS scaling group, decreasing the desired capacity.
 
     ``aliyun ess RemoveInstances --ScalingGroupId G --InstanceIds.1 ID
@@ -185,6 +154,7 @@ class EssScaleInAction(_AlibabaBase):
     """
 
     name = "alibaba-scale-in"
+    group_noun = "scaling group"
 
     def __init__(
         self,
@@ -208,7 +178,7 @@ class EssScaleInAction(_AlibabaBase):
         self.min_size = min_size
         self.group = group
 
-    def _plan(self, iid: str, region: str) -> tuple[str | None, str, str]:
+    def _plan(self, iid: str, region: str) -> ScaleInPlan:
         """``(group, detail, remove_policy)`` when allowed, ``(None, why-not, "")`` otherwise."""
         models, client = self.models(), self.client(region)
         group = self.group
@@ -249,56 +219,22 @@ class EssScaleInAction(_AlibabaBase):
         )
         return group, detail, policy
 
-    def run(self, ctx: ActionContext, *, execute: bool) -> ActionResult:
-        """Check the group, then remove the instance (a dry run calls nothing)."""
-        try:
-            iid, region = self.where.target(ctx.target)
-        except ActionError as exc:
-            return ActionResult(action=self.name, executed=False, ok=False, detail=exc.message)
-        if not execute:
-            return ActionResult(
-                action=self.name,
-                executed=False,
-                ok=True,
-                detail=(
-                    f"dry run: would check {self.group} in {region} (DescribeScalingInstances, "
-                    f"DescribeScalingGroups; min size {self.min_size}) and call ESS "
-                    f"RemoveInstances {iid} with DecreaseDesiredCapacity=true"
-                ),
-            )
-        try:
-            group, detail, policy = bounded(
-                lambda: self._plan(iid, region), self.call_timeout_s, "the group check"
-            )
-        except MonitorError as exc:
-            return ActionResult(action=self.name, executed=False, ok=False, detail=exc.one_line())
-        except Exception as exc:  # noqa: BLE001 - SDK errors vary
-            return ActionResult(
-                action=self.name,
-                executed=False,
-                ok=False,
-                detail=f"cannot check the scaling group: {sdk_error(exc)}",
-            )
-        if group is None:
-            return ActionResult(action=self.name, executed=False, ok=False, detail=detail)
-        try:
-            request = self.models().RemoveInstancesRequest(
-                region_id=region,
-                scaling_group_id=group,
-                instance_ids=[iid],
-                decrease_desired_capacity=True,
-                remove_policy=policy,
-            )
-            answer = bounded(
-                lambda: self.client(region).remove_instances(request).body.to_map(),
-                self.call_timeout_s,
-                "RemoveInstances",
-            )
-        except Exception as exc:  # noqa: BLE001
-            return ActionResult(
-                action=self.name, executed=True, ok=False, detail=f"{detail}: {sdk_error(exc)}"
-            )
-        activity = answer.get("ScalingActivityId")
-        return ActionResult(
-            action=self.name, executed=True, ok=True, detail=f"{detail}; activity {activity}"
+    def _describe_scale_in(self, iid: str, region: str) -> str:
+        return (
+            f"dry run: would check {self.group} in {region} (DescribeScalingInstances, "
+            f"DescribeScalingGroups; min size {self.min_size}) and call ESS "
+            f"RemoveInstances {iid} with DecreaseDesiredCapacity=true"
         )
+
+    def _remove_call(self, iid: str, region: str, group: str, policy: str) -> Callable[[], Any]:
+        request = self.models().RemoveInstancesRequest(
+            region_id=region,
+            scaling_group_id=group,
+            instance_ids=[iid],
+            decrease_desired_capacity=True,
+            remove_policy=policy,
+        )
+        return lambda: self.client(region).remove_instances(request).body.to_map()
+
+    def _activity(self, answer: Any) -> object:
+        return answer.get("ScalingActivityId")

@@ -7,7 +7,9 @@ is public so tests (ours and yours) need no monkeypatching.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -92,3 +94,28 @@ def read_boot_id(path: Path = BOOT_ID_PATH, clock: Clock | None = None) -> str:
         return text
     clk = clock or SystemClock()
     return f"boottime-{round((clk.wall() - clk.monotonic()) / 10) * 10}"
+
+
+def run_every(
+    step: Callable[[], object],
+    *,
+    interval_s: float,
+    clock: Clock,
+    sleep: Callable[[float], object],
+    max_steps: int | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Call ``step`` every ``interval_s`` (less the step's own time) until ``stop`` or ``max_steps``.
+
+    Returns:
+        The number of steps taken.
+    """
+    steps = 0
+    while stop is None or not stop.is_set():
+        started = clock.monotonic()
+        step()
+        steps += 1
+        if max_steps is not None and steps >= max_steps:
+            break
+        sleep(max(0.0, interval_s - (clock.monotonic() - started)))
+    return steps

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuplan.monitor.actions import ActionContext, ActionPlan, ActionResult
-from gpuplan.monitor.clock import Clock
+from gpuplan.monitor.clock import Clock, run_every
 from gpuplan.monitor.host import HostProbe
 from gpuplan.monitor.metrics import WatchMetrics
 from gpuplan.monitor.policy import Decision, IdlePolicy, PolicyState
@@ -362,8 +362,6 @@ class Agent:
         Returns:
             The number of steps taken.
         """
-        interval = self.policy.config.interval_s
-        steps = 0
         log.info(
             "watch started (%s, boot %s, %s; plan: %s)",
             "EXECUTE" if self.execute else "dry run",
@@ -371,14 +369,14 @@ class Agent:
             "resumed saved state" if self.resumed else "fresh state",
             self.plan.describe(),
         )
-        while stop is None or not stop.is_set():
-            started = self.clock.monotonic()
-            self.step()
-            steps += 1
-            if max_steps is not None and steps >= max_steps:
-                break
-            self.sleep(max(0.0, interval - (self.clock.monotonic() - started)))
-        return steps
+        return run_every(
+            self.step,
+            interval_s=self.policy.config.interval_s,
+            clock=self.clock,
+            sleep=self.sleep,
+            max_steps=max_steps,
+            stop=stop,
+        )
 
 
 def _merge_saved(current: PolicyState, saved: PolicyState) -> PolicyState:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpuplan.monitor.actions import ActionContext, ActionPlan, ActionResult
-from gpuplan.monitor.clock import Clock
+from gpuplan.monitor.clock import Clock, run_every
 from gpuplan.monitor.fleet import FleetDecision, FleetObservation, FleetPolicy
 from gpuplan.monitor.fleet_journal import FleetJournal
 from gpuplan.monitor.readings import to_record
@@ -148,12 +148,11 @@ class FleetAgent:
 
     def run(self, *, max_steps: int | None = None, stop: threading.Event | None = None) -> int:
         """Poll every ``interval_s`` until ``stop`` or ``max_steps``; return the steps taken."""
-        steps = 0
-        while stop is None or not stop.is_set():
-            started = self.clock.monotonic()
-            self.step()
-            steps += 1
-            if max_steps is not None and steps >= max_steps:
-                break
-            self.sleep(max(0.0, self.policy.config.interval_s - (self.clock.monotonic() - started)))
-        return steps
+        return run_every(
+            self.step,
+            interval_s=self.policy.config.interval_s,
+            clock=self.clock,
+            sleep=self.sleep,
+            max_steps=max_steps,
+            stop=stop,
+        )

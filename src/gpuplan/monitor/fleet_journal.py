@@ -11,10 +11,9 @@ removal, so the cooldown survives the restart. Rows older than
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
-from gpuplan.errors import MonitorError
+from gpuplan.monitor.state import open_state_db
 
 REMEMBER_S = 24 * 3600.0
 _SCHEMA = """
@@ -37,15 +36,7 @@ class FleetJournal:
     def __init__(self, path: Path, group: str, *, timeout_s: float = 5.0) -> None:
         self.path = path
         self.group = group
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise MonitorError(
-                f"--state: cannot open {path}: {exc}", hint="pass --state with a writable path"
-            ) from exc
+        self.db = open_state_db(path, _SCHEMA, timeout_s=timeout_s)
 
     def close(self) -> None:
         """Close the database."""

@@ -123,6 +123,24 @@ def _json_or(text: Any, default: Any, what: str) -> Any:
         return default
 
 
+def open_state_db(path: Path, schema: str, *, timeout_s: float) -> sqlite3.Connection:
+    """Open (creating its directory) a WAL-mode SQLite file in autocommit and apply ``schema``.
+
+    Raises:
+        MonitorError: the file cannot be opened or written (names ``--state``).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(schema)
+    except (OSError, sqlite3.Error) as exc:
+        raise MonitorError(
+            f"--state: cannot open {path}: {exc}", hint="pass --state with a writable path"
+        ) from exc
+    return db
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoredStatus:
     """What ``gpuplan watch status`` shows.
@@ -156,15 +174,7 @@ class StateStore:
     def __init__(self, path: Path, *, keep_steps: int = 20_000, timeout_s: float = 10.0) -> None:
         self.path = path
         self.keep_steps = keep_steps
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise MonitorError(
-                f"--state: cannot open {path}: {exc}", hint="pass --state with a writable path"
-            ) from exc
+        self.db = open_state_db(path, _SCHEMA, timeout_s=timeout_s)
         self._writes = 0
 
     @classmethod

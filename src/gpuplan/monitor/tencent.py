@@ -17,18 +17,22 @@ A dry run calls no API at all. Credentials come from
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from gpuplan.errors import ActionError, MonitorError
-from gpuplan.monitor.actions import ActionContext, ActionResult
+from gpuplan.errors import MonitorError
+from gpuplan.monitor.cloud_action_base import (
+    CloudActionBase,
+    CloudScaleInBase,
+    CloudStopBase,
+    ScaleInPlan,
+)
 from gpuplan.monitor.cloud_meta import (
     CALL_TIMEOUT_S,
     TENCENT,
     CloudTarget,
-    bounded,
     load_sdk,
     parse_endpoint,
-    sdk_error,
 )
 
 _CVM = ("tencentcloud.cvm.v20170312", "cvm_client", "CvmClient")
@@ -36,7 +40,7 @@ _AS = ("tencentcloud.autoscaling.v20180419", "autoscaling_client", "AutoscalingC
 _LEAVING = ("TERMINATING", "DETACHING", "REMOVING")
 
 
-class _TencentBase:
+class _TencentBase(CloudActionBase):
     def __init__(
         self,
         service: tuple[str, str, str],
@@ -55,10 +59,6 @@ class _TencentBase:
         self.endpoint = None if endpoint is None else parse_endpoint(endpoint, "--tencent-endpoint")
         self._clients: dict[str, Any] = {}
         self.call_timeout_s = CALL_TIMEOUT_S
-
-    def resolve(self) -> tuple[str, str]:
-        """Instance id and region (given, else from metadata); the daemon calls it at start."""
-        return self.where.resolve()
 
     def client(self, region: str) -> Any:
         """An SDK client for ``region`` with the default credential chain; cached."""
@@ -90,7 +90,7 @@ def _request(models: Any, name: str, **fields: Any) -> Any:
     return request
 
 
-class TencentStopAction(_TencentBase):
+class TencentStopAction(_TencentBase, CloudStopBase):
     """Stop this CVM instance (``tccli cvm StopInstances --StoppedMode STOP_CHARGING``).
 
     Args:
@@ -121,44 +121,23 @@ class TencentStopAction(_TencentBase):
         )
         self.stopped_mode = "KEEP_CHARGING" if keep_charging else "STOP_CHARGING"
 
-    def run(self, ctx: ActionContext, *, execute: bool) -> ActionResult:
-        """Stop the instance (or describe the call in a dry run)."""
-        try:
-            iid, region = self.where.target(ctx.target)
-        except ActionError as exc:
-            return ActionResult(action=self.name, executed=False, ok=False, detail=exc.message)
-        call = f"CVM StopInstances {iid} in {region} (StoppedMode={self.stopped_mode})"
-        if not execute:
-            return ActionResult(
-                action=self.name, executed=False, ok=True, detail=f"dry run: would call {call}"
-            )
-        try:
-            request = _request(
-                self.models(),
-                "StopInstancesRequest",
-                InstanceIds=[iid],
-                StoppedMode=self.stopped_mode,
-            )
-            answer = bounded(
-                lambda: self.client(region).StopInstances(request),
-                self.call_timeout_s,
-                "StopInstances",
-            )
-        except MonitorError as exc:
-            return ActionResult(action=self.name, executed=False, ok=False, detail=exc.one_line())
-        except Exception as exc:  # noqa: BLE001 - SDK errors vary; report, never raise
-            return ActionResult(
-                action=self.name, executed=True, ok=False, detail=f"{call}: {sdk_error(exc)}"
-            )
-        return ActionResult(
-            action=self.name,
-            executed=True,
-            ok=True,
-            detail=f"{call}: accepted (request id {answer.RequestId})",
+    def _describe_stop(self, iid: str, region: str) -> str:
+        return f"CVM StopInstances {iid} in {region} (StoppedMode={self.stopped_mode})"
+
+    def _stop_call(self, iid: str, region: str) -> Callable[[], Any]:
+        request = _request(
+            self.models(),
+            "StopInstancesRequest",
+            InstanceIds=[iid],
+            StoppedMode=self.stopped_mode,
         )
+        return lambda: self.client(region).StopInstances(request)
+
+    def _stop_outcome(self, answer: Any, iid: str, call: str) -> tuple[bool, str]:
+        return True, f"{call}: accepted (request id {answer.RequestId})"
 
 
-class TencentScaleInAction(_TencentBase):
+class TencentScaleInAction(_TencentBase, CloudScaleInBase):
     """Remove one instance from its Auto Scaling group.
 
     ``tccli as RemoveInstances --AutoScalingGroupId G --InstanceIds '["ID"]'``
@@ -179,6 +158,7 @@ class TencentScaleInAction(_TencentBase):
     """
 
     name = "tencent-scale-in"
+    group_noun = "Auto Scaling group"
 
     def __init__(
         self,
@@ -202,29 +182,33 @@ class TencentScaleInAction(_TencentBase):
         self.min_size = min_size
         self.group = group
 
-    def _plan(self, iid: str, region: str) -> tuple[str | None, str]:
-        """``(group, detail)`` when allowed, ``(None, why-not)`` otherwise."""
+    def _plan(self, iid: str, region: str) -> ScaleInPlan:
+        """``(group, detail, "")`` when allowed, ``(None, why-not, "")`` otherwise."""
         models, client = self.models(), self.client(region)
         found = client.DescribeAutoScalingInstances(
             _request(models, "DescribeAutoScalingInstancesRequest", InstanceIds=[iid])
         )
         rows = [r for r in found.AutoScalingInstanceSet or [] if r.InstanceId == iid]
         if not rows:
-            return None, f"refused: {iid} is not in any Auto Scaling group in {region}"
+            return None, f"refused: {iid} is not in any Auto Scaling group in {region}", ""
         me = rows[0]
         group = str(me.AutoScalingGroupId)
         if self.group is not None and group != self.group:
-            return None, f"refused: {iid} is in Auto Scaling group {group!r}, not {self.group!r}"
+            return (
+                None,
+                f"refused: {iid} is in Auto Scaling group {group!r}, not {self.group!r}",
+                "",
+            )
         if me.ProtectedFromScaleIn:
-            return None, f"refused: {iid} is protected from scale-in"
+            return None, f"refused: {iid} is protected from scale-in", ""
         if me.LifeCycleState in _LEAVING:
-            return None, f"refused: {iid} is already {me.LifeCycleState} in {group}"
+            return None, f"refused: {iid} is already {me.LifeCycleState} in {group}", ""
         groups = client.DescribeAutoScalingGroups(
             _request(models, "DescribeAutoScalingGroupsRequest", AutoScalingGroupIds=[group])
         )
         rows = [g for g in groups.AutoScalingGroupSet or [] if g.AutoScalingGroupId == group]
         if not rows:
-            return None, f"refused: Auto Scaling group {group} not found in {region}"
+            return None, f"refused: Auto Scaling group {group} not found in {region}", ""
         in_service = int(rows[0].InServiceInstanceCount or 0)
         left = in_service - (1 if me.LifeCycleState == "IN_SERVICE" else 0)
         floor = max(self.min_size, int(rows[0].MinSize))
@@ -233,62 +217,28 @@ class TencentScaleInAction(_TencentBase):
                 None,
                 f"refused: {group} has {in_service} instance(s) in service; removing {iid} "
                 f"would go below min size {floor}",
+                "",
             )
         desired = rows[0].DesiredCapacity
-        return group, (
+        detail = (
             f"{group}: remove {iid}, {in_service} -> {left} in service "
             f"(desired {desired}, min {floor})"
         )
+        return group, detail, ""
 
-    def run(self, ctx: ActionContext, *, execute: bool) -> ActionResult:
-        """Check the group, then remove the instance (a dry run calls nothing)."""
-        try:
-            iid, region = self.where.target(ctx.target)
-        except ActionError as exc:
-            return ActionResult(action=self.name, executed=False, ok=False, detail=exc.message)
-        if not execute:
-            which = self.group or "its Auto Scaling group"
-            return ActionResult(
-                action=self.name,
-                executed=False,
-                ok=True,
-                detail=(
-                    f"dry run: would check {which} in {region} (DescribeAutoScalingInstances, "
-                    f"DescribeAutoScalingGroups; min size {self.min_size}) and call AS "
-                    f"RemoveInstances {iid}"
-                ),
-            )
-        try:
-            group, detail = bounded(
-                lambda: self._plan(iid, region), self.call_timeout_s, "the group check"
-            )
-        except MonitorError as exc:
-            return ActionResult(action=self.name, executed=False, ok=False, detail=exc.one_line())
-        except Exception as exc:  # noqa: BLE001 - SDK errors vary
-            return ActionResult(
-                action=self.name,
-                executed=False,
-                ok=False,
-                detail=f"cannot check the Auto Scaling group: {sdk_error(exc)}",
-            )
-        if group is None:
-            return ActionResult(action=self.name, executed=False, ok=False, detail=detail)
-        try:
-            request = _request(
-                self.models(), "RemoveInstancesRequest", AutoScalingGroupId=group, InstanceIds=[iid]
-            )
-            answer = bounded(
-                lambda: self.client(region).RemoveInstances(request),
-                self.call_timeout_s,
-                "RemoveInstances",
-            )
-        except Exception as exc:  # noqa: BLE001
-            return ActionResult(
-                action=self.name, executed=True, ok=False, detail=f"{detail}: {sdk_error(exc)}"
-            )
-        return ActionResult(
-            action=self.name,
-            executed=True,
-            ok=True,
-            detail=f"{detail}; activity {answer.ActivityId}",
+    def _describe_scale_in(self, iid: str, region: str) -> str:
+        which = self.group or "its Auto Scaling group"
+        return (
+            f"dry run: would check {which} in {region} (DescribeAutoScalingInstances, "
+            f"DescribeAutoScalingGroups; min size {self.min_size}) and call AS "
+            f"RemoveInstances {iid}"
         )
+
+    def _remove_call(self, iid: str, region: str, group: str, policy: str) -> Callable[[], Any]:
+        request = _request(
+            self.models(), "RemoveInstancesRequest", AutoScalingGroupId=group, InstanceIds=[iid]
+        )
+        return lambda: self.client(region).RemoveInstances(request)
+
+    def _activity(self, answer: Any) -> object:
+        return answer.ActivityId
