@@ -133,11 +133,13 @@ def apply_manual(rows: list[Row], manual: dict[str, Any]) -> list[Row]:
         for ev in manual.get("compliance") or []:
             prefixes = tuple(ev.get("regions_prefix") or ())
             if row["provider"] != ev["provider"] or (
-                    prefixes and not all(r.startswith(prefixes) for r in row["regions"])):
+                prefixes and not all(r.startswith(prefixes) for r in row["regions"])
+            ):
                 continue
             tags |= set(ev["tags"])
-            notes.append(f"Compliance {'/'.join(sorted(ev['tags']))}: {ev['note']} "
-                         f"({ev['source']}).")
+            notes.append(
+                f"Compliance {'/'.join(sorted(ev['tags']))}: {ev['note']} ({ev['source']})."
+            )
         if tags:
             row = {**row, "compliance": sorted(tags), "notes": " ".join(n for n in notes if n)}
         out.append({k: row[k] for k in FIELD_ORDER if k in row})
@@ -159,13 +161,16 @@ def _drop_spot_above_on_demand(row: Row) -> Row:
     bad = []
     for spot in (p for p in prices if p["mode"] == "spot"):
         for od in (p for p in prices if p["mode"] == "on-demand"):
-            if (where(spot) & where(od) and spot["currency"] == od["currency"]
-                    and spot["per_hour"] > od["per_hour"]):
+            if (
+                where(spot) & where(od)
+                and spot["currency"] == od["currency"]
+                and spot["per_hour"] > od["per_hour"]
+            ):
                 bad.append(spot)
                 break
     if bad:
         row = {**row, "prices": [p for p in prices if not any(p is b for b in bad)]}
-        row["notes"] = (row.get("notes", "") + " Spot above on-demand in the source; dropped.")
+        row["notes"] = row.get("notes", "") + " Spot above on-demand in the source; dropped."
     return row
 
 
@@ -178,8 +183,14 @@ class _Dumper(yaml.SafeDumper):
 
 def render(provider: str, rows: list[Row]) -> str:
     """One provider file: header comment, then ``schema_version`` and ``offerings``."""
-    body = yaml.dump({"schema_version": "1", "offerings": rows}, Dumper=_Dumper,
-                     sort_keys=False, allow_unicode=True, width=100, default_flow_style=False)
+    body = yaml.dump(
+        {"schema_version": "1", "offerings": rows},
+        Dumper=_Dumper,
+        sort_keys=False,
+        allow_unicode=True,
+        width=100,
+        default_flow_style=False,
+    )
     return HEADER + f"# Provider: {provider}; {len(rows)} offerings.\n" + body
 
 
@@ -201,11 +212,14 @@ def report(files: dict[str, list[Row]]) -> str:
     for provider, rows in files.items():
         n_od = sum(1 for r in rows if any(p["mode"] == "on-demand" for p in r.get("prices", [])))
         n_any = sum(1 for r in rows if r.get("prices"))
-        lines.append(f"{provider:12s} {len(rows):4d} offerings, {n_od:4d} on-demand, "
-                     f"{n_any:4d} with any price")
+        lines.append(
+            f"{provider:12s} {len(rows):4d} offerings, {n_od:4d} on-demand, "
+            f"{n_any:4d} with any price"
+        )
         total, on_demand = total + len(rows), on_demand + n_od
-    lines.append(f"{'total':12s} {total:4d} offerings, {on_demand:4d} on-demand, "
-                 f"{len(files)} providers")
+    lines.append(
+        f"{'total':12s} {total:4d} offerings, {on_demand:4d} on-demand, {len(files)} providers"
+    )
     lines.append("left out:")
     lines += [f"  {p}:{it}: {why}" for p, it, why in sorted(SKIPPED)]
     return "\n".join(lines)
@@ -214,13 +228,22 @@ def report(files: dict[str, list[Row]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("reference", nargs="?", type=Path, default=DEFAULT_REFERENCE,
-                        help="the shared reference folder (default: ../shared/reference)")
+    parser.add_argument(
+        "reference",
+        nargs="?",
+        type=Path,
+        default=DEFAULT_REFERENCE,
+        help="the shared reference folder (default: ../shared/reference)",
+    )
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="output folder")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if a shipped file is out of date")
-    parser.add_argument("--report", action="store_true",
-                        help="print counts per provider and the rows left out")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if a shipped file is out of date",
+    )
+    parser.add_argument(
+        "--report", action="store_true", help="print counts per provider and the rows left out"
+    )
     args = parser.parse_args(argv)
     if not (args.reference / "cloud" / "cloud_offerings.csv").is_file():
         parser.error(f"{args.reference}: not a reference folder (no cloud/cloud_offerings.csv)")
@@ -231,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         validate(name, text)
     existing = sorted(args.out.glob("*.yaml")) if args.out.is_dir() else []
     if args.check:
-        stale = [n for n, t in texts.items()
-                 if not (args.out / n).is_file()
-                 or (args.out / n).read_text(encoding="utf-8") != t]
+        stale = [
+            n
+            for n, t in texts.items()
+            if not (args.out / n).is_file() or (args.out / n).read_text(encoding="utf-8") != t
+        ]
         stale += [p.name for p in existing if p.name not in texts]
     else:
         stale = []

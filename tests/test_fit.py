@@ -198,9 +198,10 @@ def test_loss_chunks_override_the_framework(cat) -> None:  # type: ignore[no-unt
     chunked = fit(spec(**kw), gpu).memory
     whole = fit(spec(**kw, loss_chunks=1), gpu).memory
     tokens, vocab = 2 * 4096, model_shape("llama-3.2-3b").vocab
-    saved = whole.details["activations: saved for backward"] - chunked.details[
-        "activations: saved for backward"
-    ]
+    saved = (
+        whole.details["activations: saved for backward"]
+        - chunked.details["activations: saved for backward"]
+    )
     assert saved == pytest.approx(-tokens * vocab * 2, rel=1e-6)
     transient = whole.details["activations: loss/logits gradients (start of backward)"]
     assert transient == pytest.approx(tokens * vocab * 6, rel=1e-6)
@@ -213,7 +214,12 @@ def test_op_selective_checkpointing_sits_between_selective_and_full(cat) -> None
     """torchtitan's op policy keeps the layer input, the attention output and logsumexp, and
     the outputs of every other matmul (q, v, gate, down in Llama's forward order)."""
     gpu = cat.gpu("H100-SXM")
-    kw = {"model": "llama-3.1-8b", "seq_len": 4096, "micro_batch_size": 1, "precision": "bf16-mixed"}
+    kw = {
+        "model": "llama-3.1-8b",
+        "seq_len": 4096,
+        "micro_batch_size": 1,
+        "precision": "bf16-mixed",
+    }
     saved = {
         mode: fit(spec(**kw, activation_checkpointing=mode), gpu).memory.details[
             "activations: saved for backward"

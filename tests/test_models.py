@@ -30,10 +30,31 @@ from gpuplan.models import (
 )
 
 REQUIRED_PRESETS = (
-    "bert-base", "bert-large", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "phi-1.5",
-    "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b",
-    "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b", "mistral-7b",
-    "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-72b", "mpt-7b", "mpt-30b", "gpt3-175b", "resnet-50",
+    "bert-base",
+    "bert-large",
+    "gpt2",
+    "gpt2-medium",
+    "gpt2-large",
+    "gpt2-xl",
+    "phi-1.5",
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "llama-3.2-1b",
+    "llama-3.2-3b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "qwen2.5-7b",
+    "qwen2.5-72b",
+    "mpt-7b",
+    "mpt-30b",
+    "gpt3-175b",
+    "resnet-50",
     "vit-b-16",
 )
 
@@ -176,15 +197,27 @@ H, HEADS, KV, INTER, LAYERS, VOCAB = 64, 4, 2, 128, 2, 100
 
 def _llama_tiny(**extra: Any) -> dict[str, Any]:
     return {
-        "model_type": "llama", "hidden_size": H, "intermediate_size": INTER,
-        "num_attention_heads": HEADS, "num_key_value_heads": KV, "num_hidden_layers": LAYERS,
-        "vocab_size": VOCAB, "max_position_embeddings": 32, **extra,
+        "model_type": "llama",
+        "hidden_size": H,
+        "intermediate_size": INTER,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV,
+        "num_hidden_layers": LAYERS,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 32,
+        **extra,
     }
 
 
 def _gpt2_tiny() -> dict[str, Any]:
-    return {"model_type": "gpt2", "n_embd": H, "n_head": HEADS, "n_layer": LAYERS,
-            "n_positions": 32, "vocab_size": VOCAB}
+    return {
+        "model_type": "gpt2",
+        "n_embd": H,
+        "n_head": HEADS,
+        "n_layer": LAYERS,
+        "n_positions": 32,
+        "vocab_size": VOCAB,
+    }
 
 
 # Per layer of the tiny Llama: q 64x64, k/v 64x32, o 64x64; SwiGLU 3x64x128; two RMSNorms.
@@ -199,7 +232,8 @@ CASES: dict[str, tuple[dict[str, Any], int]] = {
     "qwen2": ({**_llama_tiny(), "model_type": "qwen2"}, LLAMA_TOTAL + LAYERS * (H + 2 * 32)),
     "qwen3": (
         {**_llama_tiny(), "model_type": "qwen3", "head_dim": 32},
-        VOCAB * H * 2 + H
+        VOCAB * H * 2
+        + H
         + LAYERS * ((H * 128 + 2 * H * 64 + 128 * H) + 2 * 32 + 3 * H * INTER + 2 * H),
     ),
     "gemma2": (
@@ -207,77 +241,165 @@ CASES: dict[str, tuple[dict[str, Any], int]] = {
         VOCAB * H + H + LAYERS * ((H * 128 + 2 * H * 64 + 128 * H) + 3 * H * INTER + 4 * H),
     ),
     "mixtral": (
-        {**_llama_tiny(), "model_type": "mixtral", "num_local_experts": 4,
-         "num_experts_per_tok": 2},
+        {
+            **_llama_tiny(),
+            "model_type": "mixtral",
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+        },
         2 * VOCAB * H + H + LAYERS * (12_288 + 4 * 3 * H * INTER + H * 4 + 2 * H),
     ),
     "phi": (
-        {"model_type": "phi", "hidden_size": H, "intermediate_size": INTER,
-         "num_attention_heads": HEADS, "num_hidden_layers": LAYERS, "vocab_size": VOCAB,
-         "max_position_embeddings": 32},
-        VOCAB * H + 2 * H + (VOCAB * H + VOCAB)
+        {
+            "model_type": "phi",
+            "hidden_size": H,
+            "intermediate_size": INTER,
+            "num_attention_heads": HEADS,
+            "num_hidden_layers": LAYERS,
+            "vocab_size": VOCAB,
+            "max_position_embeddings": 32,
+        },
+        VOCAB * H
+        + 2 * H
+        + (VOCAB * H + VOCAB)
         + LAYERS * (2 * H + 4 * (H * H + H) + (H * INTER + INTER) + (INTER * H + H)),
     ),
     "gpt2": (_gpt2_tiny(), VOCAB * H + 32 * H + LAYERS * GPT_LAYER + 2 * H),
     "gptj": (
-        {"model_type": "gptj", "n_embd": H, "n_head": HEADS, "n_layer": LAYERS, "rotary_dim": 8,
-         "n_positions": 32, "vocab_size": VOCAB},
-        VOCAB * H + 2 * H + (VOCAB * H + VOCAB)
+        {
+            "model_type": "gptj",
+            "n_embd": H,
+            "n_head": HEADS,
+            "n_layer": LAYERS,
+            "rotary_dim": 8,
+            "n_positions": 32,
+            "vocab_size": VOCAB,
+        },
+        VOCAB * H
+        + 2 * H
+        + (VOCAB * H + VOCAB)
         + LAYERS * (2 * H + 4 * H * H + (H * 4 * H + 4 * H) + (4 * H * H + H)),
     ),
     "gpt_neox": (
-        {"model_type": "gpt_neox", "hidden_size": H, "num_attention_heads": HEADS,
-         "num_hidden_layers": LAYERS, "intermediate_size": 4 * H, "vocab_size": VOCAB,
-         "max_position_embeddings": 32, "rotary_pct": 0.25},
+        {
+            "model_type": "gpt_neox",
+            "hidden_size": H,
+            "num_attention_heads": HEADS,
+            "num_hidden_layers": LAYERS,
+            "intermediate_size": 4 * H,
+            "vocab_size": VOCAB,
+            "max_position_embeddings": 32,
+            "rotary_pct": 0.25,
+        },
         2 * VOCAB * H + 2 * H + LAYERS * GPT_LAYER,
     ),
     "opt": (
-        {"model_type": "opt", "hidden_size": H, "num_attention_heads": HEADS,
-         "num_hidden_layers": LAYERS, "ffn_dim": 4 * H, "vocab_size": VOCAB,
-         "max_position_embeddings": 32},
+        {
+            "model_type": "opt",
+            "hidden_size": H,
+            "num_attention_heads": HEADS,
+            "num_hidden_layers": LAYERS,
+            "ffn_dim": 4 * H,
+            "vocab_size": VOCAB,
+            "max_position_embeddings": 32,
+        },
         VOCAB * H + 34 * H + LAYERS * GPT_LAYER + 2 * H,
     ),
     "bloom": (
-        {"model_type": "bloom", "hidden_size": H, "n_head": HEADS, "n_layer": LAYERS,
-         "vocab_size": VOCAB},
+        {
+            "model_type": "bloom",
+            "hidden_size": H,
+            "n_head": HEADS,
+            "n_layer": LAYERS,
+            "vocab_size": VOCAB,
+        },
         VOCAB * H + 2 * H + LAYERS * GPT_LAYER + 2 * H,
     ),
     "falcon": (
-        {"model_type": "falcon", "hidden_size": H, "num_attention_heads": HEADS,
-         "num_hidden_layers": LAYERS, "vocab_size": VOCAB, "multi_query": True,
-         "parallel_attn": True, "bias": False, "new_decoder_architecture": False},
+        {
+            "model_type": "falcon",
+            "hidden_size": H,
+            "num_attention_heads": HEADS,
+            "num_hidden_layers": LAYERS,
+            "vocab_size": VOCAB,
+            "multi_query": True,
+            "parallel_attn": True,
+            "bias": False,
+            "new_decoder_architecture": False,
+        },
         VOCAB * H + 2 * H + LAYERS * (2 * H + H * (H + 2 * 16) + H * H + 2 * H * 4 * H),
     ),
     "mpt": (
-        {"model_type": "mpt", "d_model": H, "n_heads": HEADS, "n_layers": LAYERS,
-         "expansion_ratio": 4, "max_seq_len": 32, "vocab_size": VOCAB, "no_bias": True,
-         "learned_pos_emb": True, "attn_config": {"alibi": True}},
+        {
+            "model_type": "mpt",
+            "d_model": H,
+            "n_heads": HEADS,
+            "n_layers": LAYERS,
+            "expansion_ratio": 4,
+            "max_seq_len": 32,
+            "vocab_size": VOCAB,
+            "no_bias": True,
+            "learned_pos_emb": True,
+            "attn_config": {"alibi": True},
+        },
         VOCAB * H + H + LAYERS * (2 * H + 4 * H * H + 2 * 4 * H * H),
     ),
     "bert": (
-        {"model_type": "bert", "hidden_size": H, "num_attention_heads": HEADS,
-         "num_hidden_layers": LAYERS, "intermediate_size": 4 * H, "vocab_size": VOCAB,
-         "max_position_embeddings": 32, "type_vocab_size": 2},
+        {
+            "model_type": "bert",
+            "hidden_size": H,
+            "num_attention_heads": HEADS,
+            "num_hidden_layers": LAYERS,
+            "intermediate_size": 4 * H,
+            "vocab_size": VOCAB,
+            "max_position_embeddings": 32,
+            "type_vocab_size": 2,
+        },
         (VOCAB + 32 + 2) * H + 2 * H + LAYERS * GPT_LAYER + (H * H + H),
     ),
     "roberta": (
-        {"model_type": "roberta", "hidden_size": H, "num_attention_heads": HEADS,
-         "num_hidden_layers": LAYERS, "intermediate_size": 4 * H, "vocab_size": VOCAB,
-         "max_position_embeddings": 34, "type_vocab_size": 1},
+        {
+            "model_type": "roberta",
+            "hidden_size": H,
+            "num_attention_heads": HEADS,
+            "num_hidden_layers": LAYERS,
+            "intermediate_size": 4 * H,
+            "vocab_size": VOCAB,
+            "max_position_embeddings": 34,
+            "type_vocab_size": 1,
+        },
         (VOCAB + 34 + 1) * H + 2 * H + LAYERS * GPT_LAYER + (H * H + H),
     ),
     "vit": (
-        {"model_type": "vit", "hidden_size": H, "num_attention_heads": HEADS,
-         "num_hidden_layers": LAYERS, "intermediate_size": 4 * H, "image_size": 32,
-         "patch_size": 8, "num_channels": 3, "num_labels": 10},
+        {
+            "model_type": "vit",
+            "hidden_size": H,
+            "num_attention_heads": HEADS,
+            "num_hidden_layers": LAYERS,
+            "intermediate_size": 4 * H,
+            "image_size": 32,
+            "patch_size": 8,
+            "num_channels": 3,
+            "num_labels": 10,
+        },
         (3 * 8 * 8 * H + H) + H + 17 * H + LAYERS * GPT_LAYER + 2 * H + (H * 10 + 10),
     ),
     "resnet": (
-        {"model_type": "resnet", "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
-         "layer_type": "basic", "num_channels": 3, "num_labels": 10, "image_size": 32},
+        {
+            "model_type": "resnet",
+            "embedding_size": 8,
+            "hidden_sizes": [8, 16],
+            "depths": [1, 1],
+            "layer_type": "basic",
+            "num_channels": 3,
+            "num_labels": 10,
+            "image_size": 32,
+        },
         # stem conv+bn; block 8->8 (2 conv+bn); block 8->16 stride 2 (+1x1 shortcut); fc
-        (3 * 8 * 49 + 16) + 2 * (8 * 8 * 9 + 16)
-        + (8 * 16 * 9 + 32 + 16 * 16 * 9 + 32 + 8 * 16 + 32) + (16 * 10 + 10),
+        (3 * 8 * 49 + 16)
+        + 2 * (8 * 8 * 9 + 16)
+        + (8 * 16 * 9 + 32 + 16 * 16 * 9 + 32 + 8 * 16 + 32)
+        + (16 * 10 + 10),
     ),
 }
 
@@ -311,21 +433,38 @@ def test_parsed_fields_follow_each_family() -> None:
     assert (mpt.positional, mpt.position_embedding_rows, mpt.norm_bias) == ("alibi", 0, False)
     bert = from_hf_config(CASES["bert"][0], id="b")
     assert (bert.family, bert.norm_position, bert.final_norm, bert.pooler) == (
-        "encoder", "post", False, True)
+        "encoder",
+        "post",
+        False,
+        True,
+    )
     gemma = from_hf_config(CASES["gemma2"][0], id="g2")
     assert (gemma.tie_word_embeddings, gemma.activation) == (True, "gelu_pytorch_tanh")
 
 
 def test_falcon_new_architecture_and_legacy_keys() -> None:
-    new = {"model_type": "falcon", "hidden_size": H, "num_attention_heads": HEADS,
-           "num_kv_heads": 2, "num_hidden_layers": LAYERS, "vocab_size": VOCAB,
-           "new_decoder_architecture": True}
+    new = {
+        "model_type": "falcon",
+        "hidden_size": H,
+        "num_attention_heads": HEADS,
+        "num_kv_heads": 2,
+        "num_hidden_layers": LAYERS,
+        "vocab_size": VOCAB,
+        "new_decoder_architecture": True,
+    }
     cfg = from_hf_config(new, id="f40")
     assert (cfg.num_kv_heads, cfg.norms_per_layer) == (2, 2)
     layer = 4 * H + H * (H + 2 * 2 * 16) + H * H + 2 * H * 4 * H
     assert count_parameters(cfg).total == VOCAB * H + 2 * H + LAYERS * layer
-    legacy = {"model_type": "RefinedWebModel", "hidden_size": H, "n_head": HEADS,
-              "n_layer": LAYERS, "vocab_size": VOCAB, "multi_query": True, "parallel_attn": True}
+    legacy = {
+        "model_type": "RefinedWebModel",
+        "hidden_size": H,
+        "n_head": HEADS,
+        "n_layer": LAYERS,
+        "vocab_size": VOCAB,
+        "multi_query": True,
+        "parallel_attn": True,
+    }
     assert count_parameters(from_hf_config(legacy, id="rw")).total == CASES["falcon"][1]
 
 
@@ -353,8 +492,14 @@ def test_missing_model_type_is_named() -> None:
 
 @pytest.mark.parametrize(
     ("model_type", "key"),
-    [("llama", "num_attention_heads"), ("gpt2", "n_embd"), ("mpt", "d_model"),
-     ("opt", "ffn_dim"), ("bert", "intermediate_size"), ("resnet", "depths")],
+    [
+        ("llama", "num_attention_heads"),
+        ("gpt2", "n_embd"),
+        ("mpt", "d_model"),
+        ("opt", "ffn_dim"),
+        ("bert", "intermediate_size"),
+        ("resnet", "depths"),
+    ],
 )
 def test_missing_key_is_named(model_type: str, key: str) -> None:
     data = dict(CASES[model_type][0])
@@ -416,8 +561,13 @@ def test_resnet_stats_scale_with_image_size() -> None:
     assert small < forward_macs_per_image(cfg) / 3
     tiny = from_hf_config(CASES["resnet"][0], id="tiny")
     assert tiny.num_layers == 6
-    assert forward_macs_per_image(tiny) == 16 * 16 * 8 * 3 * 49 + 2 * 8 * 8 * 8 * 8 * 9 + (
-        4 * 4 * 16 * 8 * 9 + 4 * 4 * 16 * 16 * 9 + 4 * 4 * 16 * 8) + 160
+    assert (
+        forward_macs_per_image(tiny)
+        == 16 * 16 * 8 * 3 * 49
+        + 2 * 8 * 8 * 8 * 8 * 9
+        + (4 * 4 * 16 * 8 * 9 + 4 * 4 * 16 * 16 * 9 + 4 * 4 * 16 * 8)
+        + 160
+    )
 
 
 def test_vit_b16_macs_match_torchvision() -> None:

@@ -66,13 +66,81 @@ def test_analytic_and_traced_agree(data: dict[str, object], tolerance: float) ->
     assert abs(a - t) / t <= tolerance, (a / 2**30, t / 2**30)
 
 
-def test_trace_refuses_what_it_cannot_run() -> None:
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"model": "llama-3.2-1b", "method": "qlora", "seq_len": 256}, "bitsandbytes"),
+        (
+            {"model": "resnet-50", "image_size": 64, "activation_checkpointing": "full"},
+            "no activation checkpointing",
+        ),
+        ({"model": "gpt2", "seq_len": 256, "parallelism": {"tp": 2}}, "Llama-style"),
+    ],
+)
+def test_trace_refuses_what_it_cannot_run(data: dict[str, object], message: str) -> None:
     from gpuplan.errors import SpecError
 
-    spec = parse_spec({"model": "resnet-50", "micro_batch_size": 8})
-    analytic = fit(spec, load_catalog(use_user=False).gpu("A10"), 1)
-    with pytest.raises(SpecError, match="--trace"):
+    spec = parse_spec({"micro_batch_size": 1, **data})
+    gpus = 2 if "parallelism" in data else 1
+    analytic = fit(spec, load_catalog(use_user=False).gpu("A10"), gpus)
+    with pytest.raises(SpecError, match=message):
         trace_fit(spec, analytic)
+
+
+def test_bert_with_checkpointing_and_autocast_traces() -> None:
+    """Regression: the recomputed forward ran without the autocast rules (CheckpointError)."""
+    spec = parse_spec(
+        {
+            "model": "bert-base",
+            "precision": "fp16-mixed",
+            "seq_len": 128,
+            "micro_batch_size": 4,
+            "activation_checkpointing": "full",
+        }
+    )
+    analytic = fit(spec, load_catalog(use_user=False).gpu("A10"), 1)
+    traced = trace_fit(spec, analytic)
+    a, t = analytic.memory.peak_allocated_bytes, traced.memory.peak_allocated_bytes
+    assert abs(a - t) / t <= 0.10, (a / 2**30, t / 2**30)
+
+
+SLICES = [
+    # (job, GPUs): one rank of a TP (and PP) layout, traced with sharded linears
+    (
+        {
+            "model": "llama-3.2-1b",
+            "precision": "bf16-mixed",
+            "seq_len": 1024,
+            "parallelism": {"tp": 2},
+        },
+        2,
+    ),
+    (
+        {
+            "model": "llama-3.2-1b",
+            "precision": "bf16-mixed",
+            "seq_len": 1024,
+            "global_batch_size": 4,
+            "parallelism": {"tp": 2, "pp": 2},
+        },
+        4,
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("data", "gpus"), SLICES, ids=lambda c: str(c)[:70])
+def test_tp_pp_rank_slice_agrees_with_analytic(data: dict[str, object], gpus: int) -> None:
+    """Within 10%. Known, kept: the trace has no sequence parallelism (norm and dropout
+    activations are whole on every TP rank) and a PP stage's extra micro-batches pass
+    the final norm, so the trace sits a few percent above the analytic model."""
+    spec = parse_spec({"micro_batch_size": 1, **data})
+    analytic = fit(spec, load_catalog(use_user=False).gpu("H100-SXM"), gpus)
+    assert analytic.strategy.tp * analytic.strategy.pp == gpus
+    traced = trace_fit(spec, analytic)
+    a, t = analytic.memory.peak_allocated_bytes, traced.memory.peak_allocated_bytes
+    assert abs(a - t) / t <= 0.10, (a / 2**30, t / 2**30)
+    assert any("one rank's slice" in note for note in traced.memory.assumptions)
 
 
 def test_cli_fit_trace_json(cli) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,9 @@ import pytest
 from gpuplan.validation import predict_memory
 
 REPO = Path(__file__).resolve().parents[1]
-FIELDS = "id,status,spec,gpu,count,metric,measured,unit,cuda_context_mib,source,what_was_measured,notes"
+FIELDS = (
+    "id,status,spec,gpu,count,metric,measured,unit,cuda_context_mib,source,what_was_measured,notes"
+)
 SPEC = "{model: gpt2, method: full, precision: bf16-mixed, micro_batch_size: 2, seq_len: 512}"
 
 

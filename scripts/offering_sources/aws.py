@@ -40,15 +40,32 @@ DATE_NOTE = (
 CROSS_CHECK_AS_OF = dt.date(2026, 4, 2)
 
 GPU = {
-    "T4": "T4", "T4g": "T4", "A10G": "A10G", "L4": "L4", "L40S": "L40S", "V100": "V100-16GB",
-    "V100-32GB": "V100-32GB", "A100": "A100-40GB", "A100-80GB": "A100-80GB", "H100": "H100-SXM",
-    "H200": "H200", "B200": "B200",
+    "T4": "T4",
+    "T4g": "T4",
+    "A10G": "A10G",
+    "L4": "L4",
+    "L40S": "L40S",
+    "V100": "V100-16GB",
+    "V100-32GB": "V100-32GB",
+    "A100": "A100-40GB",
+    "A100-80GB": "A100-80GB",
+    "H100": "H100-SXM",
+    "H200": "H200",
+    "B200": "B200",
 }
 """SkyPilot AcceleratorName -> GPU id (T4g is the T4 sold with Graviton2)."""
 SHAPE_GPU = {"NVIDIA L4 (fractional)": "L4", "NVIDIA L40S": "L40S"}
 """GPU names of shape-only rows (not in prices_aws.csv)."""
-LINK = {"p3": "nvlink", "p3dn": "nvlink", "p4d": "sxm", "p4de": "sxm", "p5": "sxm",
-        "p5e": "sxm", "p5en": "sxm", "p6-b200": "sxm"}
+LINK = {
+    "p3": "nvlink",
+    "p3dn": "nvlink",
+    "p4d": "sxm",
+    "p4de": "sxm",
+    "p5": "sxm",
+    "p5e": "sxm",
+    "p5en": "sxm",
+    "p6-b200": "sxm",
+}
 CAPACITY_FAMILIES = frozenset({"p4d", "p4de", "p5", "p5e", "p5en", "p6-b200"})
 """Families EC2 Capacity Blocks cover (cloud_billing.md §2)."""
 P_FAMILY_COLD_START = (
@@ -58,8 +75,10 @@ P_FAMILY_COLD_START = (
 CAPACITY_BLOCK = {
     # Third-party figures after the 2026-01-04 rise (cloud_billing.md §2). The
     # official pre-2025 p5/p4d Capacity Block prices are superseded and left out.
-    "p5e.48xlarge": (39.80, "Capacity Block $39.80/h after the 2026-01-04 increase "
-                            "(third-party report)."),
+    "p5e.48xlarge": (
+        39.80,
+        "Capacity Block $39.80/h after the 2026-01-04 increase (third-party report).",
+    ),
     "p5en.48xlarge": (41.61, "Capacity Block about $41.61/h in 2026 (third-party report)."),
 }
 CAPACITY_BLOCK_SOURCE = (
@@ -114,20 +133,33 @@ def _offering(
     if prs:
         notes.append(DATE_NOTE)
     else:
-        notes += ["Shape only: no price was captured for it (it is not among the catalog rows "
-                  "read into prices_aws.csv).", "Shape from an undated AWS doc copy seen in 2026."]
+        notes += [
+            "Shape only: no price was captured for it (it is not among the catalog rows "
+            "read into prices_aws.csv).",
+            "Shape from an undated AWS doc copy seen in 2026.",
+        ]
     first = prs[0] if prs else shape
     return offering(
         source_kind="catalog" if prs else "official",
-        provider="aws", instance_type=it, regions=regions, gpu=gpu, gpu_count=count,
-        gpu_memory_bytes=memory, vcpus=num(first.get("vcpus")), ram_gb=num(first.get("ram_gb")),
+        provider="aws",
+        instance_type=it,
+        regions=regions,
+        gpu=gpu,
+        gpu_count=count,
+        gpu_memory_bytes=memory,
+        vcpus=num(first.get("vcpus")),
+        ram_gb=num(first.get("ram_gb")),
         intra_node="none" if count < 1 else intra_for(count, LINK.get(family, "pcie")),
-        inter_node_gbps=net, fabric=fabric,
-        hosting=("bare-metal" if it.endswith(".metal") else
-                 "vgpu-slice" if count < 1 else "virtualized"),
+        inter_node_gbps=net,
+        fabric=fabric,
+        hosting=(
+            "bare-metal" if it.endswith(".metal") else "vgpu-slice" if count < 1 else "virtualized"
+        ),
         cold_start=P_FAMILY_COLD_START if family in CAPACITY_FAMILIES else None,
-        prices=prices, source=SKY_URL if prs else first_url(shape["source"]),
-        as_of=AS_OF if prs else DOC_AS_OF, notes=notes,
+        prices=prices,
+        source=SKY_URL if prs else first_url(shape["source"]),
+        as_of=AS_OF if prs else DOC_AS_OF,
+        notes=notes,
     )
 
 
@@ -149,17 +181,26 @@ def _prices(
         if s is not None and r["region"] in rp.on_demand:
             alt_spot[r["region"]] = min(s, alt_spot.get(r["region"], s))
     if has_od and alt_spot and not any(p["mode"] == "spot" for p in prices):
-        prices += grouped("spot", alt_spot, regions, "USD", source=alt[0]["source"],
-                          as_of=CROSS_CHECK_AS_OF)
-        notes.append("The v8 snapshot has no spot price; spot comes from the anycloud-sh/catalog "
-                     "AWS snapshot of 2026-04-02.")
+        prices += grouped(
+            "spot", alt_spot, regions, "USD", source=alt[0]["source"], as_of=CROSS_CHECK_AS_OF
+        )
+        notes.append(
+            "The v8 snapshot has no spot price; spot comes from the anycloud-sh/catalog "
+            "AWS snapshot of 2026-04-02."
+        )
     if alt:
-        notes.append("On-demand price identical in the anycloud-sh/catalog snapshot of "
-                      "2026-04-02.")
+        notes.append("On-demand price identical in the anycloud-sh/catalog snapshot of 2026-04-02.")
     if it in CAPACITY_BLOCK:
         amount, note = CAPACITY_BLOCK[it]
-        prices.append(hourly("capacity-block", amount, "USD", as_of=dt.date(2026, 1, 4),
-                             source=CAPACITY_BLOCK_SOURCE))
+        prices.append(
+            hourly(
+                "capacity-block",
+                amount,
+                "USD",
+                as_of=dt.date(2026, 1, 4),
+                source=CAPACITY_BLOCK_SOURCE,
+            )
+        )
         notes.append(note)
     return regions, prices, notes
 
@@ -172,14 +213,19 @@ def _slice_memory(
     m = re.search(r"(\d+) MiB GPU memory", prs[0]["notes"]) if prs else None
     if m:
         return int(m.group(1)) * MIB, [
-            f"Fractional L4 (vGPU); {m.group(1)} MiB GPU memory per catalog."]
+            f"Fractional L4 (vGPU); {m.group(1)} MiB GPU memory per catalog."
+        ]
     if shape.get("gpu_memory_gb"):
         return int(float(shape["gpu_memory_gb"]) * GIB), [
-            f"Fractional L4 (vGPU profile {shape['gpu_memory_gb']} GiB)."]
+            f"Fractional L4 (vGPU profile {shape['gpu_memory_gb']} GiB)."
+        ]
     return None, []
 
 
 def _doc_notes(shape: dict[str, str]) -> list[str]:
-    keep = [s.strip() for s in shape.get("notes", "").split(";") if s.strip()
-            and not re.search(r"Capacity Block|OD cut|older OD|third-party", s)]
+    keep = [
+        s.strip()
+        for s in shape.get("notes", "").split(";")
+        if s.strip() and not re.search(r"Capacity Block|OD cut|older OD|third-party", s)
+    ]
     return ["Doc: " + "; ".join(keep) + "."] if keep else []

@@ -44,10 +44,13 @@ from offering_sources.common import (
 LABELS = {"tencent": "Tencent Cloud", "alibaba": "Alibaba Cloud", "huawei": "Huawei Cloud"}
 GPU = {
     # GPU name in cloud_offerings.csv -> (GPU id, default link when NVLink is stated)
-    "NVIDIA T4": ("T4", "pcie"), "NVIDIA T4 (vGPU)": ("T4", "pcie"),
-    "NVIDIA A10": ("A10", "pcie"), "NVIDIA A10 (slice)": ("A10", "pcie"),
+    "NVIDIA T4": ("T4", "pcie"),
+    "NVIDIA T4 (vGPU)": ("T4", "pcie"),
+    "NVIDIA A10": ("A10", "pcie"),
+    "NVIDIA A10 (slice)": ("A10", "pcie"),
     "NVIDIA A10 (vGPU)": ("A10", "pcie"),
-    "NVIDIA A100 80GB": ("A100-80GB", "sxm"), "NVIDIA A100 40GB": ("A100-40GB", "sxm"),
+    "NVIDIA A100 80GB": ("A100-80GB", "sxm"),
+    "NVIDIA A100 40GB": ("A100-40GB", "sxm"),
     "NVIDIA A100 40GB (NVLink)": ("A100-40GB", "sxm"),
     "NVIDIA V100 SXM2 32GB": ("V100-32GB", "nvlink"),
     "NVIDIA V100 SXM2 16GB": ("V100-16GB", "nvlink"),
@@ -83,8 +86,10 @@ ALIBABA_THIRD_PARTY_NOTE = {
     "ecs.gn7e-c16g1.4xlarge": "A 2024 developer.aliyun.com community article quotes about "
     "34.742 CNY/h (https://developer.aliyun.com/article/1635082); the price file is used instead.",
 }
-NO_PRICE = ("Shape only: no sourced price (official CNY prices need the provider's price API; "
-            "see cloud_billing.md §8).")
+NO_PRICE = (
+    "Shape only: no sourced price (official CNY prices need the provider's price API; "
+    "see cloud_billing.md §8)."
+)
 TENCENT_INTL_NOTE = (
     "ap-guangzhou: the international site's USD price for Guangzhou Zone 3 (official price "
     "overview, tencentyun/intlcloud-documents commit b7e17ea of 2023-06-30; compute only; the "
@@ -107,10 +112,16 @@ def build(ref: Path, provider: str, shapes: dict[tuple[str, str], dict[str, str]
     intl: dict[str, dict[str, str]] = {}
     by_region: dict[str, dict[str, float]] = {}
     if provider == "tencent":
-        priced = {r["instance_type"]: r for r in read_csv(ref / "cloud" / "prices_china.csv")
-                  if r["provider"] == "Tencent Cloud"}
-        intl = {r["instance_type"]: r for r in read_csv(ref / "cloud" / "prices_more.csv")
-                if r["provider"] == "Tencent Cloud (international site)"}
+        priced = {
+            r["instance_type"]: r
+            for r in read_csv(ref / "cloud" / "prices_china.csv")
+            if r["provider"] == "Tencent Cloud"
+        }
+        intl = {
+            r["instance_type"]: r
+            for r in read_csv(ref / "cloud" / "prices_more.csv")
+            if r["provider"] == "Tencent Cloud (international site)"
+        }
     if provider == "alibaba":
         by_region, price_only = _alibaba_prices(ref)
         shapes = {**price_only, **shapes}
@@ -140,11 +151,18 @@ def _alibaba_prices(
             continue
         by_region.setdefault(r["instance_type"], {})[r["region"]] = amount
         shapes[("Alibaba Cloud", r["instance_type"])] = {
-            "instance_type": r["instance_type"], "gpu_model": r["gpu"],
-            "gpu_count": r["gpu_count"], "gpu_memory_gb": "", "vcpus": "", "ram_gb": "",
-            "intra_node_interconnect": "not stated", "inter_node_network_gbps": "",
+            "instance_type": r["instance_type"],
+            "gpu_model": r["gpu"],
+            "gpu_count": r["gpu_count"],
+            "gpu_memory_gb": "",
+            "vcpus": "",
+            "ram_gb": "",
+            "intra_node_interconnect": "not stated",
+            "inter_node_network_gbps": "",
             "bare_metal": "yes" if r["instance_type"].startswith("ecs.ebm") else "no",
-            "notes": "", "source": ALIBABA_PRICES_URL, "region": "",
+            "notes": "",
+            "source": ALIBABA_PRICES_URL,
+            "region": "",
             "price_only": "yes",
         }
     return by_region, shapes
@@ -155,8 +173,10 @@ def _alibaba(
 ) -> tuple[list[Row], list[str], str, dt.date, list[str]]:
     notes = []
     if shape.get("price_only"):
-        notes.append("Shape not in the instance-family doc copy: GPU and count from the price "
-                     "file; vCPU, memory and network unknown; ecs.ebm* is elastic bare metal.")
+        notes.append(
+            "Shape not in the instance-family doc copy: GPU and count from the price "
+            "file; vCPU, memory and network unknown; ecs.ebm* is elastic bare metal."
+        )
     if not by_region:
         notes += [DOC_NOTE]
         return [], notes, first_url(shape["source"]), DOC_AS_OF, _regions(shape["region"])
@@ -164,8 +184,10 @@ def _alibaba(
     prices = grouped("on-demand", by_region, regions, "CNY")
     notes.append(ALIBABA_PRICE_NOTE)
     if len({round(v, 4) for v in by_region.values()}) > 1:
-        notes.append(f"On-demand {fmt(min(by_region.values()))}-{fmt(max(by_region.values()))} "
-                     f"CNY/h across {len(by_region)} regions.")
+        notes.append(
+            f"On-demand {fmt(min(by_region.values()))}-{fmt(max(by_region.values()))} "
+            f"CNY/h across {len(by_region)} regions."
+        )
     if it in ALIBABA_THIRD_PARTY_NOTE:
         notes.append(ALIBABA_THIRD_PARTY_NOTE[it])
     if not shape.get("price_only"):
@@ -180,21 +202,31 @@ def _prices(
         notes = []
         m = re.search(r"range: ([\d.]+-[\d.]+) 元/月 and ([\d.]+-[\d.]+) 元/小时", pr["notes"])
         if m:
-            notes.append(f"The table gives ranges ({m.group(1)} CNY/month, {m.group(2)} CNY/h); "
-                         "the upper end is stored.")
+            notes.append(
+                f"The table gives ranges ({m.group(1)} CNY/month, {m.group(2)} CNY/h); "
+                "the upper end is stored."
+            )
         notes += [TENCENT_NOTE, f"Shape per {TENCENT_SHAPES}."]
         month = monthly(float(pr["price_monthly"]), "CNY")
         if it in TENCENT_MONTHLY_2026:
             newer = TENCENT_MONTHLY_2026[it]
             if newer == month["per_month"]:
-                notes.append(f"A 2026-06-15 third-party transcription of {TENCENT_MONTHLY_SOURCE} "
-                             f"gives the same {newer} CNY/month.")
+                notes.append(
+                    f"A 2026-06-15 third-party transcription of {TENCENT_MONTHLY_SOURCE} "
+                    f"gives the same {newer} CNY/month."
+                )
             else:
-                notes.append(f"Monthly: {newer} CNY from a 2026-06-15 third-party transcription "
-                             f"of Tencent's price page; the 2023 table said "
-                             f"{fmt(month['per_month'])}.")
-                month = {**monthly(float(newer), "CNY"), "source": TENCENT_MONTHLY_SOURCE,
-                         "source_kind": "third-party", "as_of": dt.date(2026, 6, 15)}
+                notes.append(
+                    f"Monthly: {newer} CNY from a 2026-06-15 third-party transcription "
+                    f"of Tencent's price page; the 2023 table said "
+                    f"{fmt(month['per_month'])}."
+                )
+                month = {
+                    **monthly(float(newer), "CNY"),
+                    "source": TENCENT_MONTHLY_SOURCE,
+                    "source_kind": "third-party",
+                    "as_of": dt.date(2026, 6, 15),
+                }
         prices = [hourly("on-demand", float(pr["price_on_demand_per_hour"]), "CNY"), month]
         regions = ["china-mainland"]
         if intl is not None:
@@ -204,17 +236,31 @@ def _prices(
             notes.append(TENCENT_INTL_NOTE)
         return prices, notes, pr["source"], TENCENT_AS_OF, regions
     if intl is not None:
-        return ([_intl_price(intl)], [TENCENT_INTL_NOTE, DOC_NOTE], first_url(shape["source"]),
-                DOC_AS_OF, ["ap-guangzhou"])
+        return (
+            [_intl_price(intl)],
+            [TENCENT_INTL_NOTE, DOC_NOTE],
+            first_url(shape["source"]),
+            DOC_AS_OF,
+            ["ap-guangzhou"],
+        )
     return [], [DOC_NOTE], first_url(shape["source"]), DOC_AS_OF, _regions(shape["region"])
 
 
 def _intl_price(r: dict[str, str]) -> Row:
-    src = ("https://github.com/tencentyun/intlcloud-documents/blob/"
-           "b7e17ea691c4ad7ae878e00e9d6dc37ff7ae1f1c/yehe_doc/计算/GPU 云服务器/购买指南/"
-           "价格总览_intl_en.md")
-    return hourly("on-demand", float(r["price"]), r["currency"], regions=["ap-guangzhou"],
-                  source=src, source_kind="official", as_of=dt.date(2023, 6, 30))
+    src = (
+        "https://github.com/tencentyun/intlcloud-documents/blob/"
+        "b7e17ea691c4ad7ae878e00e9d6dc37ff7ae1f1c/yehe_doc/计算/GPU 云服务器/购买指南/"
+        "价格总览_intl_en.md"
+    )
+    return hourly(
+        "on-demand",
+        float(r["price"]),
+        r["currency"],
+        regions=["ap-guangzhou"],
+        source=src,
+        source_kind="official",
+        as_of=dt.date(2023, 6, 30),
+    )
 
 
 def _regions(text: str) -> list[str]:
@@ -241,8 +287,13 @@ def _gpu(provider: str, shape: dict[str, str]) -> tuple[str, str, list[str]] | N
     gpu, default = GPU[label]
     link = _link(shape["intra_node_interconnect"], default)
     if gpu.startswith("A100") and link == "unknown":
-        SKIPPED.add((provider, shape["instance_type"],
-                     f"{label}: SXM4 or PCIe not stated, so the A100 id is ambiguous"))
+        SKIPPED.add(
+            (
+                provider,
+                shape["instance_type"],
+                f"{label}: SXM4 or PCIe not stated, so the A100 id is ambiguous",
+            )
+        )
         return None
     return gpu, link, []
 
@@ -258,8 +309,13 @@ def _cold_start(doc_notes: str) -> str | None:
 
 
 def _offering(
-    provider: str, shape: dict[str, str], prices: list[Row], notes: list[str],
-    regions: list[str], source: str, as_of: dt.date,
+    provider: str,
+    shape: dict[str, str],
+    prices: list[Row],
+    notes: list[str],
+    regions: list[str],
+    source: str,
+    as_of: dt.date,
 ) -> Row | None:
     mapped = _gpu(provider, shape)
     if mapped is None:
@@ -274,20 +330,36 @@ def _offering(
     if "third-party" not in doc and (keep := [s.strip() for s in doc.split(";") if s.strip()]):
         notes.append("Doc: " + "; ".join(keep) + ".")
     if "vGPU" in doc and provider == "tencent":
-        notes.append("Tencent GN7 vGPU is vComputeServer (CUDA only, GRID driver); not for "
-                     "multi-GPU NCCL training.")
+        notes.append(
+            "Tencent GN7 vGPU is vComputeServer (CUDA only, GRID driver); not for "
+            "multi-GPU NCCL training."
+        )
     if not prices:
         notes.append(NO_PRICE)
     mem, net = num(shape["gpu_memory_gb"]), num(shape["inter_node_network_gbps"])
     return offering(
         source_kind="api-dump" if source == ALIBABA_PRICES_URL else "official",
-        provider=provider, instance_type=shape["instance_type"], regions=regions, gpu=gpu,
+        provider=provider,
+        instance_type=shape["instance_type"],
+        regions=regions,
+        gpu=gpu,
         gpu_count=round(count, 4),
         gpu_memory_bytes=int(mem * GIB) if (count < 1 and mem) else None,
-        vcpus=num(shape["vcpus"]), ram_gb=num(shape["ram_gb"]),
+        vcpus=num(shape["vcpus"]),
+        ram_gb=num(shape["ram_gb"]),
         intra_node="none" if count < 1 else intra_for(count, link),
-        inter_node_gbps=net, fabric="ethernet" if net else None,
-        hosting=("bare-metal" if shape["bare_metal"] == "yes" else
-                 "vgpu-slice" if is_slice else "virtualized"),
-        cold_start=_cold_start(doc), prices=prices, source=source, as_of=as_of, notes=notes,
+        inter_node_gbps=net,
+        fabric="ethernet" if net else None,
+        hosting=(
+            "bare-metal"
+            if shape["bare_metal"] == "yes"
+            else "vgpu-slice"
+            if is_slice
+            else "virtualized"
+        ),
+        cold_start=_cold_start(doc),
+        prices=prices,
+        source=source,
+        as_of=as_of,
+        notes=notes,
     )

@@ -14,22 +14,70 @@ Row = dict[str, Any]
 GIB = 2**30
 MIB = 2**20
 
-GPU_IDS = frozenset({
-    "T4", "A10", "A10G", "L4", "L40S", "V100-16GB", "V100-32GB", "A100-40GB", "A100-80GB",
-    "A100-80GB-PCIE", "A100-40GB-PCIE", "H100-SXM", "H100-PCIE", "H100-NVL", "H200", "H20",
-    "B200", "GB200", "MI300X", "MI325X", "RTX-4090", "RTX-3090", "RTX-A6000",
-})
+GPU_IDS = frozenset(
+    {
+        "T4",
+        "A10",
+        "A10G",
+        "L4",
+        "L40S",
+        "V100-16GB",
+        "V100-32GB",
+        "A100-40GB",
+        "A100-80GB",
+        "A100-80GB-PCIE",
+        "A100-40GB-PCIE",
+        "H100-SXM",
+        "H100-PCIE",
+        "H100-NVL",
+        "H200",
+        "H20",
+        "B200",
+        "GB200",
+        "MI300X",
+        "MI325X",
+        "RTX-4090",
+        "RTX-3090",
+        "RTX-A6000",
+    }
+)
 """Canonical GPU ids of ``gpus.yaml``; a row naming any other id is a bug."""
 
 FIELD_ORDER = (
-    "provider", "instance_type", "regions", "gpu", "gpu_count", "gpu_memory_bytes", "vcpus",
-    "ram_gb", "intra_node", "inter_node_gbps", "fabric", "hosting", "compliance", "cold_start",
-    "prices", "source", "source_kind", "as_of", "notes",
+    "provider",
+    "instance_type",
+    "regions",
+    "gpu",
+    "gpu_count",
+    "gpu_memory_bytes",
+    "vcpus",
+    "ram_gb",
+    "intra_node",
+    "inter_node_gbps",
+    "fabric",
+    "hosting",
+    "compliance",
+    "cold_start",
+    "prices",
+    "source",
+    "source_kind",
+    "as_of",
+    "notes",
 )
 
 PRICE_ORDER = (
-    "mode", "per_hour", "per_month", "per_year", "currency", "regions", "granularity_s",
-    "minimum_s", "source", "source_kind", "as_of", "derived",
+    "mode",
+    "per_hour",
+    "per_month",
+    "per_year",
+    "currency",
+    "regions",
+    "granularity_s",
+    "minimum_s",
+    "source",
+    "source_kind",
+    "as_of",
+    "derived",
 )
 
 SKIPPED: set[tuple[str, str, str]] = set()
@@ -97,8 +145,11 @@ def hourly(mode: str, amount: float, currency: str, **extra: Any) -> Row:
 def monthly(amount: float, currency: str) -> Row:
     """A per-month (subscription) price dict."""
     value = money(amount)
-    return {"mode": "monthly", "per_month": int(value) if value.is_integer() else value,
-            "currency": currency}
+    return {
+        "mode": "monthly",
+        "per_month": int(value) if value.is_integer() else value,
+        "currency": currency,
+    }
 
 
 def intra_for(count: float, link: str) -> str:
@@ -182,8 +233,9 @@ def offering(
     return {k: v for k, v in row.items() if v is not None}
 
 
-def grouped(mode: str, by_region: dict[str, float], regions: list[str], currency: str,
-            **extra: Any) -> list[Row]:
+def grouped(
+    mode: str, by_region: dict[str, float], regions: list[str], currency: str, **extra: Any
+) -> list[Row]:
     """Prices of one mode, one per group of regions charging the same amount.
 
     Amounts are compared to 4 decimals (catalogs print one list price with
@@ -230,20 +282,26 @@ class RegionPrices:
         )
         spot = {r: s for r, s in self.spot.items() if r not in dropped}
         if dropped:
-            notes.append(f"Spot above on-demand in {', '.join(dropped)} in the source; those "
-                         "spot prices were dropped.")
+            notes.append(
+                f"Spot above on-demand in {', '.join(dropped)} in the source; those "
+                "spot prices were dropped."
+            )
         if not self.on_demand and not spot:
             return [], [], notes
         if not self.on_demand:
             notes.append("The source has no on-demand price, only spot.")
         regions = sorted(set(self.on_demand) | set(spot))
-        prices = [*grouped("on-demand", self.on_demand, regions, currency),
-                  *grouped("spot", spot, regions, currency)]
+        prices = [
+            *grouped("on-demand", self.on_demand, regions, currency),
+            *grouped("spot", spot, regions, currency),
+        ]
         same = sorted(r for r, s in spot.items() if s == self.on_demand.get(r))
         if same:
             notes.append(f"The source's spot price equals on-demand in {', '.join(same)}.")
         if self.on_demand and len({round(v, 4) for v in self.on_demand.values()}) > 1:
             low, high = min(self.on_demand.values()), max(self.on_demand.values())
-            notes.append(f"On-demand {fmt(low)}-{fmt(high)} {currency}/h across "
-                         f"{len(self.on_demand)} regions.")
+            notes.append(
+                f"On-demand {fmt(low)}-{fmt(high)} {currency}/h across "
+                f"{len(self.on_demand)} regions."
+            )
         return regions, prices, notes

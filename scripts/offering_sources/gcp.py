@@ -42,20 +42,27 @@ BUNDLED: dict[str, tuple[str, int, str]] = {
 }
 NETWORK = {
     # Gbps and fabric, from cloud_offerings.csv / cloud_billing.md §5 (GCP GPU docs).
-    "a2-highgpu-8g": (100, "ethernet", ""), "a2-megagpu-16g": (100, "ethernet", ""),
-    "a2-ultragpu-8g": (100, "ethernet", ""), "g2-standard-96": (100, "ethernet", ""),
+    "a2-highgpu-8g": (100, "ethernet", ""),
+    "a2-megagpu-16g": (100, "ethernet", ""),
+    "a2-ultragpu-8g": (100, "ethernet", ""),
+    "g2-standard-96": (100, "ethernet", ""),
     "a3-highgpu-8g": (1000, "ethernet", "GPU networking ~1,000 Gbps via GPUDirect-TCPX."),
     "a3-megagpu-8g": (1800, "ethernet", "GPU networking ~1,800 Gbps via GPUDirect-TCPXO."),
     "a3-ultragpu-8g": (3200, "roce", "3,200 Gbps RoCE (8x ConnectX-7) plus 400 Gbps gVNIC."),
 }
-ATTACHABLE = {"T4": ("T4", "pcie", {1: 4, 2: 8, 4: 48}),
-              "V100": ("V100-16GB", "nvlink", {1: 8, 2: 16, 4: 32, 8: 64})}
+ATTACHABLE = {
+    "T4": ("T4", "pcie", {1: 4, 2: 8, 4: 48}),
+    "V100": ("V100-16GB", "nvlink", {1: 8, 2: 16, 4: 32, 8: 64}),
+}
 """Attachable GPU -> (GPU id, link, GPU count -> host vCPUs), SkyPilot's _NUM_ACC_TO_NUM_CPU."""
 N1 = ("n1-standard-", "n1-highmem-", "n1-highcpu-")
-JOIN_NOTE = ("Price = host VM row + accelerator row in the same zone (GCP bills them "
-             "separately; skypilot-catalog issue #31).")
-CATALOG_NOTE = ("Catalog: anycloud-sh/catalog (third-party, SkyPilot fetch_gcp.py format) of "
-                "2026-05-20.")
+JOIN_NOTE = (
+    "Price = host VM row + accelerator row in the same zone (GCP bills them "
+    "separately; skypilot-catalog issue #31)."
+)
+CATALOG_NOTE = (
+    "Catalog: anycloud-sh/catalog (third-party, SkyPilot fetch_gcp.py format) of 2026-05-20."
+)
 
 Vm = dict[tuple[str, str], dict[str, str]]
 Acc = dict[tuple[str, float, str], dict[str, str]]
@@ -101,28 +108,50 @@ def _bundled(it: str, vm: Vm, acc: Acc) -> Row | None:
         rp.add(v["Region"], _sum(v["Price"], a["Price"]), _sum(v["SpotPrice"], a["SpotPrice"]))
     regions, prices, notes = rp.choose()
     if host_zero and not prices:
-        gpu_only = sorted({p for (n, c, _z), a in acc.items()
-                           if n == acc_name and c == count and (p := num(a["Price"]))})
+        gpu_only = sorted(
+            {
+                p
+                for (n, c, _z), a in acc.items()
+                if n == acc_name and c == count and (p := num(a["Price"]))
+            }
+        )
         regions = sorted({v["Region"] for v in hosts})
-        notes = ["No price: the catalog lists the host VM at $0/h and the accelerator row alone "
-                 f"at {fmt(gpu_only[0])}-{fmt(gpu_only[-1])} USD/h; whether the host is really "
-                 "free was not verified, so no total is given."]
+        notes = [
+            "No price: the catalog lists the host VM at $0/h and the accelerator row alone "
+            f"at {fmt(gpu_only[0])}-{fmt(gpu_only[-1])} USD/h; whether the host is really "
+            "free was not verified, so no total is given."
+        ]
     gbps, fabric, net_note = NETWORK.get(it, (None, None, ""))
     return offering(
         source_kind="catalog",
-        provider="gcp", instance_type=it, regions=regions, gpu=gpu, gpu_count=count,
-        vcpus=num(hosts[0]["vCPUs"]), ram_gb=num(hosts[0]["MemoryGiB"]),
+        provider="gcp",
+        instance_type=it,
+        regions=regions,
+        gpu=gpu,
+        gpu_count=count,
+        vcpus=num(hosts[0]["vCPUs"]),
+        ram_gb=num(hosts[0]["MemoryGiB"]),
         intra_node=intra_for(count, "pcie" if gpu == "L4" else "sxm"),
-        inter_node_gbps=gbps, fabric=fabric, prices=prices, source=SOURCE, as_of=ANYCLOUD_AS_OF,
+        inter_node_gbps=gbps,
+        fabric=fabric,
+        prices=prices,
+        source=SOURCE,
+        as_of=ANYCLOUD_AS_OF,
         notes=[*notes, net_note, JOIN_NOTE if prices else "", CATALOG_NOTE],
     )
 
 
 def _host_for(zone: str, cpus: int, vm: Vm) -> dict[str, str] | None:
     """SkyPilot's host for an attachable GPU: cheapest N1 VM with >= cpus and >= 4*cpus GiB."""
-    hosts = [v for (t, z), v in vm.items() if z == zone and t.startswith(N1)
-             and (num(v["vCPUs"]) or 0) >= cpus and (num(v["MemoryGiB"]) or 0) >= 4 * cpus
-             and num(v["Price"]) is not None]
+    hosts = [
+        v
+        for (t, z), v in vm.items()
+        if z == zone
+        and t.startswith(N1)
+        and (num(v["vCPUs"]) or 0) >= cpus
+        and (num(v["MemoryGiB"]) or 0) >= 4 * cpus
+        and num(v["Price"]) is not None
+    ]
     return min(hosts, key=lambda v: (float(v["Price"]), v["InstanceType"])) if hosts else None
 
 
@@ -143,13 +172,23 @@ def _attached(name: str, count: int, vm: Vm, acc: Acc) -> Row | None:
     regions, prices, notes = rp.choose()
     return offering(
         source_kind="catalog",
-        provider="gcp", instance_type=f"{host_type}+{name}:{count}", regions=regions, gpu=gpu,
-        gpu_count=count, vcpus=num(pairs[0][0]["vCPUs"]), ram_gb=num(pairs[0][0]["MemoryGiB"]),
-        intra_node=intra_for(count, link), prices=prices, source=SOURCE, as_of=ANYCLOUD_AS_OF,
+        provider="gcp",
+        instance_type=f"{host_type}+{name}:{count}",
+        regions=regions,
+        gpu=gpu,
+        gpu_count=count,
+        vcpus=num(pairs[0][0]["vCPUs"]),
+        ram_gb=num(pairs[0][0]["MemoryGiB"]),
+        intra_node=intra_for(count, link),
+        prices=prices,
+        source=SOURCE,
+        as_of=ANYCLOUD_AS_OF,
         notes=[
             f"Attachable {name} on an N1 host; the host is the cheapest N1 VM with >= {cpus} "
             f"vCPU and >= {4 * cpus} GiB, SkyPilot's rule (sky/catalog/gcp_catalog.py). Launch "
             f"as machine type {host_type} with {count} accelerator(s).",
-            *notes, JOIN_NOTE, CATALOG_NOTE,
+            *notes,
+            JOIN_NOTE,
+            CATALOG_NOTE,
         ],
     )

@@ -51,31 +51,45 @@ LAMBDA: dict[str, tuple[str, str]] = {
     "gpu_8x_v100_n": ("V100-16GB", "pcie"),
 }
 A100_AMBIGUOUS = "A100 40GB, SXM4 or PCIe not stated (A100-40GB-PCIE if Lambda confirms PCIe)"
-LAMBDA_LEFT_OUT = {"gpu_1x_a100": A100_AMBIGUOUS, "gpu_2x_a100": A100_AMBIGUOUS,
-                   "gpu_4x_a100": A100_AMBIGUOUS}
+LAMBDA_LEFT_OUT = {
+    "gpu_1x_a100": A100_AMBIGUOUS,
+    "gpu_2x_a100": A100_AMBIGUOUS,
+    "gpu_4x_a100": A100_AMBIGUOUS,
+}
 LAMBDA_TRANSCRIPT = {
     # name in the lambda.ai transcription -> catalog instance type
-    "1x A10": "gpu_1x_a10", "8x A100 40GB SXM": "gpu_8x_a100",
-    "8x A100 80GB SXM": "gpu_8x_a100_80gb_sxm4", "4x A6000": "gpu_4x_a6000",
-    "1x B200": "gpu_1x_b200_sxm6", "2x B200": "gpu_2x_b200_sxm6", "4x B200": "gpu_4x_b200_sxm6",
-    "8x B200 SXM6": "gpu_8x_b200_sxm6", "1x H100 PCIe": "gpu_1x_h100_pcie",
-    "1x H100 SXM": "gpu_1x_h100_sxm5", "2x H100 SXM": "gpu_2x_h100_sxm5",
-    "4x H100 SXM": "gpu_4x_h100_sxm5", "8x H100 SXM": "gpu_8x_h100_sxm5",
+    "1x A10": "gpu_1x_a10",
+    "8x A100 40GB SXM": "gpu_8x_a100",
+    "8x A100 80GB SXM": "gpu_8x_a100_80gb_sxm4",
+    "4x A6000": "gpu_4x_a6000",
+    "1x B200": "gpu_1x_b200_sxm6",
+    "2x B200": "gpu_2x_b200_sxm6",
+    "4x B200": "gpu_4x_b200_sxm6",
+    "8x B200 SXM6": "gpu_8x_b200_sxm6",
+    "1x H100 PCIe": "gpu_1x_h100_pcie",
+    "1x H100 SXM": "gpu_1x_h100_sxm5",
+    "2x H100 SXM": "gpu_2x_h100_sxm5",
+    "4x H100 SXM": "gpu_4x_h100_sxm5",
+    "8x H100 SXM": "gpu_8x_h100_sxm5",
     "8x V100": "gpu_8x_v100",
 }
 
 
 def build_lambda(ref: Path, shapes: dict[tuple[str, str], dict[str, str]]) -> list[Row]:
     """Lambda on-demand instances (Lambda has no spot market)."""
-    transcript = {LAMBDA_TRANSCRIPT[it]: r for (p, it), r in shapes.items()
-                  if p == "Lambda" and it in LAMBDA_TRANSCRIPT}
+    transcript = {
+        LAMBDA_TRANSCRIPT[it]: r
+        for (p, it), r in shapes.items()
+        if p == "Lambda" and it in LAMBDA_TRANSCRIPT
+    }
     by_type: dict[str, list[dict[str, str]]] = defaultdict(list)
     for r in read_csv(ref / "skypilot-catalog" / "anycloud" / "lambda" / "vms.csv"):
         if r["InstanceType"] in LAMBDA:
             by_type[r["InstanceType"]].append(r)
         elif r["AcceleratorName"]:
-            why = LAMBDA_LEFT_OUT.get(r["InstanceType"],
-                                      f"accelerator {r['AcceleratorName']} has no GPU id")
+            why = LAMBDA_LEFT_OUT.get(
+                r["InstanceType"], f"accelerator {r['AcceleratorName']} has no GPU id"
+            )
             SKIPPED.add(("lambda", r["InstanceType"], why))
     return [_lambda(it, rows, transcript.get(it)) for it, rows in sorted(by_type.items())]
 
@@ -89,20 +103,34 @@ def _lambda(it: str, rows: list[dict[str, str]], seen: dict[str, str] | None) ->
     count = float(rows[0]["AcceleratorCount"])
     if seen and prices and num(seen["price_on_demand_per_hour"]) == prices[0]["per_hour"]:
         prices[0] = {**prices[0], "as_of": LAMBDA_CHECKED}
-        notes.append("Same list price in a 2026-09-20 transcription of "
-                     "https://lambda.ai/instances, so the price carries that date.")
+        notes.append(
+            "Same list price in a 2026-09-20 transcription of "
+            "https://lambda.ai/instances, so the price carries that date."
+        )
     elif seen:
-        notes.append(f"The 2026-09-20 lambda.ai transcription lists "
-                     f"{seen['price_on_demand_per_hour']} USD/h.")
+        notes.append(
+            f"The 2026-09-20 lambda.ai transcription lists "
+            f"{seen['price_on_demand_per_hour']} USD/h."
+        )
     if gpu.startswith("V100"):
         notes.append("The lambda.ai transcription lists the 8x V100 box as PCIe.")
     return offering(
-        provider="lambda", instance_type=it, regions=regions, gpu=gpu, gpu_count=count,
-        vcpus=num(rows[0]["vCPUs"]), ram_gb=num(rows[0]["MemoryGiB"]),
-        intra_node=intra_for(count, link), prices=prices,
-        source=f"{ANYCLOUD}/lambda/vms.csv", as_of=LAMBDA_AS_OF,
-        notes=[*notes, "Lambda quotes per GPU-hour; the price here is per instance. No egress "
-               "fees. Catalog: anycloud-sh/catalog lambda/vms.csv, last changed 2026-05-07."],
+        provider="lambda",
+        instance_type=it,
+        regions=regions,
+        gpu=gpu,
+        gpu_count=count,
+        vcpus=num(rows[0]["vCPUs"]),
+        ram_gb=num(rows[0]["MemoryGiB"]),
+        intra_node=intra_for(count, link),
+        prices=prices,
+        source=f"{ANYCLOUD}/lambda/vms.csv",
+        as_of=LAMBDA_AS_OF,
+        notes=[
+            *notes,
+            "Lambda quotes per GPU-hour; the price here is per instance. No egress "
+            "fees. Catalog: anycloud-sh/catalog lambda/vms.csv, last changed 2026-05-07.",
+        ],
     )
 
 
@@ -141,19 +169,37 @@ def build_runpod(rows: list[dict[str, str]]) -> list[Row]:
         prices, notes = [], ["Per-GPU price of a 1-GPU pod."]
         if secure:
             prices.append(hourly("on-demand", float(secure["price_on_demand_per_hour"]), "USD"))
-            notes.append("on-demand = Secure Cloud price." if "Secure" in secure["region"]
-                         else "Cloud tier (Secure/Community) not stated by the transcription.")
+            notes.append(
+                "on-demand = Secure Cloud price."
+                if "Secure" in secure["region"]
+                else "Cloud tier (Secure/Community) not stated by the transcription."
+            )
         if community:
             c_as_of = dt.date.fromisoformat(community["as_of"])
-            prices.append(hourly("community", float(community["price_on_demand_per_hour"]),
-                                 "USD", as_of=c_as_of if c_as_of != as_of else None))
+            prices.append(
+                hourly(
+                    "community",
+                    float(community["price_on_demand_per_hour"]),
+                    "USD",
+                    as_of=c_as_of if c_as_of != as_of else None,
+                )
+            )
             notes.append("community = Community Cloud price (third-party hosts).")
         notes += [f"Source: {base['source']} ({as_of}).", RUNPOD_NOTE]
-        out.append(offering(
-            provider="runpod", instance_type=it, regions=["global"], gpu=gpu, gpu_count=1,
-            intra_node="none", prices=prices, source="https://www.runpod.io/pricing",
-            as_of=as_of, notes=notes,
-        ))
+        out.append(
+            offering(
+                provider="runpod",
+                instance_type=it,
+                regions=["global"],
+                gpu=gpu,
+                gpu_count=1,
+                intra_node="none",
+                prices=prices,
+                source="https://www.runpod.io/pricing",
+                as_of=as_of,
+                notes=notes,
+            )
+        )
     return out
 
 
@@ -189,13 +235,24 @@ def build_coreweave(rows: list[dict[str, str]]) -> list[Row]:
         if link == "nvl72":
             notes.append("One 4-GPU tray of a GB200 NVL72 rack; the NVLink domain spans 72 GPUs.")
         if r["instance_type"] == "A100 8x (80GB)":
-            notes.append("The transcription does not state the interconnect; an 8x A100 80GB "
-                         "node is taken to be an NVSwitch (HGX) board.")
-        out.append(offering(
-            provider="coreweave", instance_type=r["instance_type"], regions=["north-america"],
-            gpu=gpu, gpu_count=count, vcpus=num(r["vcpus"]), ram_gb=num(r["ram_gb"]),
-            intra_node="nvswitch" if link == "nvl72" else intra_for(count, link),
-            prices=prices, source="https://www.coreweave.com/pricing",
-            as_of=dt.date.fromisoformat(r["as_of"]), notes=[*notes, COREWEAVE_NOTE],
-        ))
+            notes.append(
+                "The transcription does not state the interconnect; an 8x A100 80GB "
+                "node is taken to be an NVSwitch (HGX) board."
+            )
+        out.append(
+            offering(
+                provider="coreweave",
+                instance_type=r["instance_type"],
+                regions=["north-america"],
+                gpu=gpu,
+                gpu_count=count,
+                vcpus=num(r["vcpus"]),
+                ram_gb=num(r["ram_gb"]),
+                intra_node="nvswitch" if link == "nvl72" else intra_for(count, link),
+                prices=prices,
+                source="https://www.coreweave.com/pricing",
+                as_of=dt.date.fromisoformat(r["as_of"]),
+                notes=[*notes, COREWEAVE_NOTE],
+            )
+        )
     return out

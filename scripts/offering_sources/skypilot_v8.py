@@ -43,8 +43,12 @@ Mapped = tuple[str, str] | None
 
 def nebius(r: dict[str, str]) -> Mapped:
     """Nebius names the form factor in the instance type (``gpu-h100-sxm_...``)."""
-    for prefix, gpu, link in (("gpu-h100-sxm", "H100-SXM", "sxm"), ("gpu-h200-sxm", "H200", "sxm"),
-                              ("gpu-b200-sxm", "B200", "sxm"), ("gpu-l40s", "L40S", "pcie")):
+    for prefix, gpu, link in (
+        ("gpu-h100-sxm", "H100-SXM", "sxm"),
+        ("gpu-h200-sxm", "H200", "sxm"),
+        ("gpu-b200-sxm", "B200", "sxm"),
+        ("gpu-l40s", "L40S", "pcie"),
+    ):
         if r["InstanceType"].startswith(prefix):
             return gpu, link
     return None
@@ -56,9 +60,13 @@ def vast(r: dict[str, str]) -> Mapped:
     mem = re.search(r"'SizeInMiB': (\d+)", r["GpuInfo"])
     per_gpu_gib = int(mem.group(1)) / float(r["AcceleratorCount"]) / 1024 if mem else 0
     table: dict[str, tuple[str, str]] = {
-        "H100_SXM": ("H100-SXM", "sxm"), "H100_NVL": ("H100-NVL", "pcie"),
-        "H200": ("H200", "sxm"), "B200": ("B200", "sxm"), "L40S": ("L40S", "pcie"),
-        "RTX_3090": ("RTX-3090", "pcie"), "RTX_4090": ("RTX-4090", "pcie"),
+        "H100_SXM": ("H100-SXM", "sxm"),
+        "H100_NVL": ("H100-NVL", "pcie"),
+        "H200": ("H200", "sxm"),
+        "B200": ("B200", "sxm"),
+        "L40S": ("L40S", "pcie"),
+        "RTX_3090": ("RTX-3090", "pcie"),
+        "RTX_4090": ("RTX-4090", "pcie"),
         "RTX_A6000": ("RTX-A6000", "pcie"),
         "A100_SXM4": ("A100-80GB" if per_gpu_gib > 60 else "A100-40GB", "sxm"),
     }
@@ -74,8 +82,13 @@ def verda(r: dict[str, str]) -> Mapped:
         return "A100-80GB", "sxm"
     if name.startswith("A100-40GB"):
         return "A100-40GB", "sxm"
-    return {"H100": ("H100-SXM", "sxm"), "H200": ("H200", "sxm"), "B200": ("B200", "sxm"),
-            "L40S": ("L40S", "pcie"), "RTX-A6000": ("RTX-A6000", "pcie")}.get(name)
+    return {
+        "H100": ("H100-SXM", "sxm"),
+        "H200": ("H200", "sxm"),
+        "B200": ("B200", "sxm"),
+        "L40S": ("L40S", "pcie"),
+        "RTX-A6000": ("RTX-A6000", "pcie"),
+    }.get(name)
 
 
 def hyperstack(r: dict[str, str]) -> Mapped:
@@ -92,10 +105,13 @@ def hyperstack(r: dict[str, str]) -> Mapped:
 
 PROVIDERS: dict[str, tuple[Callable[[dict[str, str]], Mapped], str]] = {
     "nebius": (nebius, "Nebius AI Cloud list prices."),
-    "vast": (vast, "Vast.ai marketplace offer snapshot: host-set prices, offers come and go; "
-             "the catalog's 32 vCPU / 64 GiB figures are SkyPilot's query minimums, not host "
-             "specs, so vCPU/RAM are left out. Interruptible (bid) pricing is not in the "
-             "catalog. Storage billed while the instance exists; bandwidth at host rates."),
+    "vast": (
+        vast,
+        "Vast.ai marketplace offer snapshot: host-set prices, offers come and go; "
+        "the catalog's 32 vCPU / 64 GiB figures are SkyPilot's query minimums, not host "
+        "specs, so vCPU/RAM are left out. Interruptible (bid) pricing is not in the "
+        "catalog. Storage billed while the instance exists; bandwidth at host rates.",
+    ),
     "verda": (verda, "Verda (formerly DataCrunch), Finland."),
     "hyperstack": (hyperstack, "Hyperstack list prices."),
 }
@@ -109,8 +125,13 @@ def build(ref: Path, provider: str) -> list[Row]:
         if r["AcceleratorName"] and mapper(r):
             by_type[r["InstanceType"]].append(r)
         elif r["AcceleratorName"]:
-            SKIPPED.add((provider, r["InstanceType"],
-                         f"accelerator {r['AcceleratorName']} has no (unambiguous) GPU id"))
+            SKIPPED.add(
+                (
+                    provider,
+                    r["InstanceType"],
+                    f"accelerator {r['AcceleratorName']} has no (unambiguous) GPU id",
+                )
+            )
     return [_offering(provider, it, rows) for it, rows in sorted(by_type.items())]
 
 
@@ -126,17 +147,26 @@ def _offering(provider: str, it: str, rows: list[dict[str, str]]) -> Row:
     regions, prices, notes = rp.choose()
     host_shapes = {(r["vCPUs"], r["MemoryGiB"]) for r in rows}
     if len(host_shapes) > 1 and provider != "vast":
-        notes.append("Host shape varies by region: " + ", ".join(
-            f"{v} vCPU/{m} GiB" for v, m in sorted(host_shapes)) + "; the first is shown.")
+        notes.append(
+            "Host shape varies by region: "
+            + ", ".join(f"{v} vCPU/{m} GiB" for v, m in sorted(host_shapes))
+            + "; the first is shown."
+        )
     if provider == "hyperstack" and link == "nvlink":
         notes.append("PCIe cards with NVLink bridges (per the catalog's GPU name).")
     has_host = provider != "vast"
     return offering(
         source_kind="catalog",
-        provider=provider, instance_type=it, regions=regions, gpu=gpu, gpu_count=count,
+        provider=provider,
+        instance_type=it,
+        regions=regions,
+        gpu=gpu,
+        gpu_count=count,
         vcpus=num(rows[0]["vCPUs"]) if has_host else None,
         ram_gb=num(rows[0]["MemoryGiB"]) if has_host else None,
-        intra_node=intra_for(count, link), prices=prices,
-        source=f"{SKY}/{COMMITS[provider]}/catalogs/v8/{provider}/vms.csv", as_of=AS_OF,
+        intra_node=intra_for(count, link),
+        prices=prices,
+        source=f"{SKY}/{COMMITS[provider]}/catalogs/v8/{provider}/vms.csv",
+        as_of=AS_OF,
         notes=[*notes, provider_note, DATE_NOTE],
     )

@@ -151,9 +151,7 @@ class ModelConfig(BaseModel):
     qkv_bias: bool = Field(description="Query/key/value projections have biases.")
     attention_out_bias: bool = Field(description="Attention output projection has a bias.")
     mlp_bias: bool = Field(description="MLP projections have biases.")
-    lm_head_bias: bool = Field(
-        default=False, description="The LM head has a bias (Phi, GPT-J)."
-    )
+    lm_head_bias: bool = Field(default=False, description="The LM head has a bias (Phi, GPT-J).")
     positional: Positional = Field(description="Position encoding: rope, learned, alibi or none.")
     rotary_dim: int = Field(
         default=0,

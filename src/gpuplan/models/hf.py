@@ -89,8 +89,10 @@ class _Keys:
     def int_list(self, name: str) -> list[int]:
         """Key ``name`` as a non-empty list of positive integers."""
         _, value = self._lookup((name,), _MISSING)
-        if not isinstance(value, list) or not value or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value
+        if (
+            not isinstance(value, list)
+            or not value
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
         ):
             raise self._error(name, f"expected a list of positive integers, got {value!r} for")
         return value

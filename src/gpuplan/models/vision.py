@@ -197,7 +197,11 @@ def resnet_layers(
             prefix = f"layer{stage + 1}.{index}."
             stride = first_stride if index == 0 else 1
             block = _block(
-                prefix, c_in, c_out, stride, bottleneck=bottleneck,
+                prefix,
+                c_in,
+                c_out,
+                stride,
+                bottleneck=bottleneck,
                 stride_in_1x1=downsample_in_bottleneck,
             )
             # resolve "<block>.input" to the node before the block

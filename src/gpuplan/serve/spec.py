@@ -262,19 +262,12 @@ def parse_serve_spec(
 
 
 def load_serve_spec(path: Path) -> ServeSpec:
-    """Read a services file (YAML or JSON)."""
-    import yaml
+    """Read a services file (YAML or JSON) through :func:`gpuplan.userfile.read_yaml`: a missing
+    file, a directory, non-UTF-8 bytes, an empty or oversized file, aliases, deep nesting and
+    duplicate keys are one-line errors, as for every user file."""
+    from gpuplan.userfile import read_yaml
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"services: cannot read {path}: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise SpecError(f"{path}:{where}: malformed YAML: {getattr(exc, 'problem', exc)}") from exc
+    data = read_yaml(path, what="services", error=SpecError)
     return parse_serve_spec(data, origin=str(path), base_dir=path.parent)
 
 

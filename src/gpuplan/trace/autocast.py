@@ -10,6 +10,7 @@ iteration as autocast's weight cache does.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -30,7 +31,13 @@ _LOW = {
     F.conv3d,
     torch.Tensor.matmul,
     torch.Tensor.__matmul__,
+    torch.Tensor.mm,
+    torch.Tensor.bmm,
+    torch.Tensor.addmm,
+    torch.Tensor.baddbmm,
 }
+if hasattr(torch, "_grouped_mm"):  # MoE experts in transformers 5 (on the lower-precision list)
+    _LOW.add(torch._grouped_mm)
 _FP32 = {
     F.layer_norm,
     F.group_norm,
@@ -63,18 +70,33 @@ class CudaAutocast(TorchFunctionMode):
     which calls aten kernels directly: SDPA is on autocast's lower-precision list)."""
 
     def __enter__(self) -> CudaAutocast:
+        self._outer.append(CudaAutocast.active)
         CudaAutocast.active = self.dtype
         super().__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        CudaAutocast.active = None
+        CudaAutocast.active = self._outer.pop()
+        if not self._outer:
+            # autocast empties its weight-cast cache on leaving the outermost context: the
+            # 16-bit copies then live only as long as the autograd graph that saved them
+            self._cache.clear()
         super().__exit__(*exc)  # type: ignore[no-untyped-call]
+
+    def recompute_context(self) -> tuple[contextlib.AbstractContextManager[Any], CudaAutocast]:
+        """``context_fn`` for non-reentrant ``torch.utils.checkpoint``.
+
+        Checkpointed layers recompute their forward inside backward, where this
+        mode is not on the stack; re-entering it there keeps the recomputed
+        dtypes equal to the saved ones (else torch raises ``CheckpointError``).
+        """
+        return contextlib.nullcontext(), self
 
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()
         self.dtype = dtype
         self._cache: dict[int, torch.Tensor] = {}
+        self._outer: list[torch.dtype | None] = []
 
     def clear_cache(self) -> None:
         """Drop cached weight casts (autocast does this on leaving the context)."""

@@ -112,23 +112,29 @@ def _register_fused_attention() -> str:
 
 
 def _apply_lora(
-    model: Any, targets: tuple[str, ...], rank: int, alpha: float, dropout: float
+    model: Any, targets: tuple[str, ...], rank: int, alpha: float, dropout: float, shape: Any
 ) -> None:
-    """Freeze the model and wrap target linears with LoRA adapters (PEFT's layout)."""
+    """Freeze the model and wrap target linears with LoRA adapters (PEFT's layout).
+
+    Targets are matched by role, as the analytic model matches them
+    (:func:`gpuplan.estimate.lora.lora_roles`): ``q_proj`` also adapts GPT-2's fused
+    ``c_attn``, and ``all-linear`` every linear but the LM head.
+    """
     import torch
     from torch import nn
+    from transformers.pytorch_utils import Conv1D
+
+    from gpuplan.errors import SpecError as _SpecError
+    from gpuplan.estimate.lora import lora_roles
 
     class LoraLinear(nn.Module):
-        def __init__(self, base: nn.Linear) -> None:
+        def __init__(self, base: Any, fan_in: int, fan_out: int) -> None:
             super().__init__()
             self.base = base
             self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
-            self.lora_A = nn.Linear(
-                base.in_features, rank, bias=False, device=base.weight.device, dtype=torch.float32
-            )
-            self.lora_B = nn.Linear(
-                rank, base.out_features, bias=False, device=base.weight.device, dtype=torch.float32
-            )
+            device = base.weight.device
+            self.lora_A = nn.Linear(fan_in, rank, bias=False, device=device, dtype=torch.float32)
+            self.lora_B = nn.Linear(rank, fan_out, bias=False, device=device, dtype=torch.float32)
             self.scale = alpha / rank
 
         def forward(self, x: Any) -> Any:
@@ -136,18 +142,32 @@ def _apply_lora(
             lora = self.lora_B(self.lora_A(self.drop(x).to(self.lora_A.weight.dtype))) * self.scale
             return out + lora.to(out.dtype)
 
+    def roles_of(name: str) -> frozenset[str]:
+        try:
+            return lora_roles([name], shape)
+        except _SpecError:  # a linear the role table does not know (a classifier head)
+            return frozenset()
+
     for p in model.parameters():
         p.requires_grad_(False)
-    names = {t.lower() for t in targets}
-    everything = bool(names & {"all-linear", "all_linear", "all"})
-    for parent in list(model.modules()):
+    wanted = lora_roles(targets, shape)
+    everything = bool({t.lower() for t in targets} & {"all-linear", "all_linear", "all"})
+    for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
-            if (
-                isinstance(child, nn.Linear)
-                and child_name != "lm_head"
-                and (everything or child_name.lower() in names)
-            ):
-                setattr(parent, child_name, LoraLinear(child))
+            if isinstance(child, nn.Linear):
+                fan_in, fan_out = child.in_features, child.out_features
+            elif isinstance(child, Conv1D):  # GPT-2's transposed linear
+                fan_in, fan_out = child.weight.shape
+            else:
+                continue
+            qualified = f"{parent_name.rsplit('.', 1)[-1]}.{child_name}"
+            roles = roles_of(qualified) if parent_name else roles_of(child_name)
+            if child_name == "lm_head":
+                adapt = "head" in wanted
+            else:
+                adapt = everything or bool(roles & wanted)
+            if adapt:
+                setattr(parent, child_name, LoraLinear(child, int(fan_in), int(fan_out)))
 
 
 def _optimizer(name: str, params: list[Any]) -> Any:
@@ -169,9 +189,77 @@ def _optimizer(name: str, params: list[Any]) -> Any:
     )
 
 
-def _build(config: dict[str, Any], layers: int | None, dtype: Any, family: str) -> Any:
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RankSlice:
+    """What one rank of a TP x PP layout holds, for the tracer.
+
+    Attributes:
+        tp: tensor-parallel degree. Linears are sharded as Megatron-LM's
+            ``ColumnParallelLinear`` (QKV, gate/up: output features / tp) and
+            ``RowParallelLinear`` (attention out, down: input features / tp), which
+            is the same as a model with ``heads / tp``, ``kv_heads / tp`` (at least
+            one, replicated below tp as Megatron does) and ``intermediate / tp`` at
+            the same head size; the embedding and LM head are vocab-parallel
+            (``vocab / tp``).
+        stage_layers: transformer layers of the traced pipeline stage
+            (``ceil(layers / pp)``).
+        in_flight: micro-batches whose activations the stage holds at once
+            (1F1B: ``min(pp, grad_accum)`` on the first stage).
+        pipelined: whether pp > 1: the stage then holds one copy of the
+            embedding/head weights (traced tied), the larger of the first stage's
+            embedding and the last stage's head, as the analytic model assumes.
+    """
+
+    tp: int = 1
+    stage_layers: int | None = None
+    in_flight: int = 1
+    pipelined: bool = False
+
+
+_TP_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma2", "mixtral", "phi3"})
+"""Model types whose attention honours an explicit ``head_dim`` (needed to shard heads)."""
+
+
+def _slice_config(cfg: dict[str, Any], model_type: str, part: RankSlice) -> dict[str, Any]:
+    out = dict(cfg)
+    if part.tp > 1:
+        if model_type not in _TP_MODEL_TYPES:
+            raise SpecError(
+                f"--trace: tensor parallelism is traced for Llama-style models, not {model_type}",
+                hint="drop --trace for the analytic estimate",
+            )
+        heads = int(out["num_attention_heads"])
+        kv = int(out.get("num_key_value_heads") or heads)
+        out.setdefault("head_dim", int(out["hidden_size"]) // heads)
+        out["num_attention_heads"] = heads // part.tp
+        out["num_key_value_heads"] = max(1, kv // part.tp)
+        out["intermediate_size"] = -(-int(out["intermediate_size"]) // part.tp)
+        out["vocab_size"] = -(-int(out["vocab_size"]) // part.tp)
+    if part.pipelined:
+        out["tie_word_embeddings"] = True
+    return out
+
+
+def uses_attention_interface(auto_cls: Any, hf_config: Any) -> bool:
+    """Whether the model class behind ``auto_cls`` takes a registered attention function."""
+    model_cls = auto_cls._model_mapping[type(hf_config)]
+    return bool(getattr(model_cls, "_supports_attention_backend", False))
+
+
+def _build(
+    config: dict[str, Any],
+    layers: int | None,
+    dtype: Any,
+    family: str,
+    part: RankSlice | None = None,
+) -> Any:
     import torch
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForImageClassification,
+    )
 
     cfg = dict(config)
     model_type = cfg.pop("model_type")
@@ -184,6 +272,8 @@ def _build(config: dict[str, Any], layers: int | None, dtype: Any, family: str) 
         "dtype",
     ):
         cfg.pop(key, None)
+    if part is not None:
+        cfg = _slice_config(cfg, model_type, part)
     hf = AutoConfig.for_model(model_type, **cfg)
     if layers is not None:
         for key in ("num_hidden_layers", "n_layer", "n_layers", "num_layers"):
@@ -191,20 +281,67 @@ def _build(config: dict[str, Any], layers: int | None, dtype: Any, family: str) 
                 setattr(hf, key, layers)
         if getattr(hf, "layer_types", None):
             hf.layer_types = hf.layer_types[:layers]
-    attn = _register_fused_attention()
+    classes = {"decoder": AutoModelForCausalLM, "cnn": AutoModelForImageClassification}
+    cls = classes.get(family, AutoModelForImageClassification if family == "vit" else AutoModel)
+    # models without transformers' attention interface (ALiBi: MPT, BLOOM) run their own eager
+    # attention; CNNs have none
+    attn = _register_fused_attention() if uses_attention_interface(cls, hf) else None
     with torch.device("meta"):
-        cls = AutoModelForCausalLM if family == "decoder" else AutoModel
         model = cls.from_config(hf, dtype=dtype, attn_implementation=attn)
     model.train()
     return model
 
 
+def _Step(model: Any, family: str, keep: int) -> Any:  # noqa: N802 - builds an nn.Module
+    """An ``nn.Module`` whose forward is the traced step's forward and loss."""
+    from torch import nn
+
+    class Step(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, inputs: Any, labels: Any) -> Any:
+            return _loss(self.model, family, inputs, labels, keep)
+
+    return Step()
+
+
+def _loss(model: Any, family: str, inputs: Any, labels: Any, keep: int) -> Any:
+    """Forward and loss of one traced step; ``keep`` samples reach the LM head."""
+    import torch
+
+    if family == "vit":  # position embeddings interpolated to the job's image size
+        return model(pixel_values=inputs, labels=labels, interpolate_pos_encoding=True).loss
+    if family == "cnn":
+        return model(pixel_values=inputs, labels=labels).loss
+    if family != "decoder":
+        return model(input_ids=inputs).last_hidden_state.float().pow(2).mean()
+    if keep == inputs.shape[0]:
+        return model(input_ids=inputs, labels=labels).loss
+    # a pipeline stage holding several micro-batches: all pass its layers, one reaches the head
+    hidden = model.model(input_ids=inputs).last_hidden_state[:keep]
+    logits = model.lm_head(hidden).float()
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:keep, 1:].reshape(-1)
+    )
+
+
 def _trace_once(
-    config: dict[str, Any], spec: Any, family: str, layers: int | None, seq: int, batch: int
-) -> tuple[float, dict[str, float], float]:
+    config: dict[str, Any],
+    spec: Any,
+    family: str,
+    layers: int | None,
+    seq: int,
+    batch: int,
+    part: RankSlice | None = None,
+    grads_persist: bool = False,
+) -> tuple[dict[str, Phase], float]:
+    """Per-phase peaks of the second of two traced steps, and the activations after forward."""
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
 
+    from gpuplan.estimate.fit import model_shape
     from gpuplan.trace.autocast import CudaAutocast
 
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -219,22 +356,46 @@ def _trace_once(
             if spec.precision in ("fp32", "tf32")
             else low.get(spec.compute_dtype, torch.bfloat16)
         )
-    model = _build(config, layers, param_dtype, family)
+    model = _build(config, layers, param_dtype, family, part)
+    cast = CudaAutocast(low[spec.compute_dtype]) if mixed else None
     if spec.activation_checkpointing != "none":
+        if not model.supports_gradient_checkpointing:
+            raise SpecError(
+                f"--trace: the Hugging Face {type(model).__name__} has no activation "
+                "checkpointing to trace",
+                hint="drop --trace for the analytic estimate",
+            )
         # transformers 5 renamed gradient_checkpointing_enable (deprecated) to activation_*
-        kwargs = {"use_reentrant": False}
+        kwargs: dict[str, Any] = {"use_reentrant": False}
+        if cast is not None:  # recompute under the same autocast rules as the forward
+            kwargs["context_fn"] = cast.recompute_context
         if hasattr(model, "activation_checkpointing_enable"):
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if spec.method == "lora":
-        _apply_lora(model, spec.lora.targets, spec.lora.rank, spec.lora.alpha, spec.lora.dropout)
+        _apply_lora(
+            model,
+            spec.lora.targets,
+            spec.lora.rank,
+            spec.lora.alpha,
+            spec.lora.dropout,
+            model_shape(spec.model),
+        )
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = _optimizer(spec.optimizer, trainable)
-    vocab = int(getattr(model.config, "vocab_size", 32000))
-    ids = torch.randint(0, vocab, (batch, seq), device="meta")
+    in_flight = part.in_flight if part is not None else 1
+    if family in ("cnn", "vit"):
+        side = seq  # the image side for vision models
+        inputs = torch.empty((batch, 3, side, side), device="meta", dtype=param_dtype)
+        labels = torch.randint(0, int(model.config.num_labels), (batch,), device="meta")
+    else:
+        vocab = int(getattr(model.config, "vocab_size", 32000))
+        inputs = torch.randint(0, vocab, (batch * in_flight, seq), device="meta")
+        labels = inputs
     tracker = MemTracker()
-    tracker.track_external(model, opt)
+    root = _Step(model, family, batch)  # the tracked module: its snapshots span the whole step
+    tracker.track_external(root, opt)
 
     class _NoHook:
         def remove(self) -> None:
@@ -244,66 +405,92 @@ def _trace_once(
     for param in model.parameters():
         if not param.requires_grad:
             tracker._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
-    cast = CudaAutocast(low[spec.compute_dtype]) if mixed else None
-    peak = 0.0
-    at_peak: dict[str, float] = {}
-    act_fw = 0.0
+    before_step: dict[Any, dict[str, int]] = {}
     with tracker:
         for it in range(2):
             if cast is not None:
                 cast.clear_cache()
                 with cast:
-                    out = (
-                        model(input_ids=ids, labels=ids)
-                        if family == "decoder"
-                        else model(input_ids=ids)
-                    )
+                    loss = root(inputs, labels)
             else:
-                out = (
-                    model(input_ids=ids, labels=ids)
-                    if family == "decoder"
-                    else model(input_ids=ids)
-                )
-            loss = out.loss if family == "decoder" else out.last_hidden_state.float().pow(2).mean()
+                loss = root(inputs, labels)
             loss.backward()
-            del out, loss
+            del loss
+            if it == 1:  # restart the peak: what follows is the optimizer phase's own peak
+                before_step = tracker.get_tracker_snapshot("peak")
+                tracker._peak_mem_snap = tracker.get_tracker_snapshot()
+                tracker._peak_mem = {d: snap["Total"] for d, snap in tracker._peak_mem_snap.items()}
             opt.step()
-            opt.zero_grad(set_to_none=True)
+            # with gradient accumulation the gradients live from the first micro-batch's
+            # backward to the step, so the next forward/backward runs with them allocated
+            opt.zero_grad(set_to_none=not grads_persist)
             if it == 0:
                 tracker.reset_mod_stats()
     meta = torch.device("meta")
-    for state, snaps in tracker.memory_tracking[model].snapshots.items():
+    phases: dict[str, Phase] = {}
+    act_fw = 0.0
+    for state, snaps in tracker.memory_tracking[root].snapshots.items():
         for snap in snaps if isinstance(snaps, list) else [snaps]:
             dev = snap.get(meta, {})
             total = float(dev.get("Total", 0.0))
             if "POST_FW" in str(state):
                 act_fw = max(act_fw, float(sum(v for k, v in dev.items() if "ACT" in str(k))))
-            if total > peak:
-                peak = total
-                at_peak = {
-                    str(k).split(".")[-1].lower(): float(v)
-                    for k, v in dev.items()
-                    if str(k) != "Total"
-                }
-    overall = tracker.get_tracker_snapshot("peak").get(meta, {})
-    overall_total = float(overall.get("Total", 0.0))
-    if overall_total > peak:
-        peak = overall_total
-        at_peak = {
-            str(k).split(".")[-1].lower(): float(v) for k, v in overall.items() if str(k) != "Total"
-        }
-    return peak, at_peak, act_fw
+            key = str(state).split(".")[-1].lower()
+            if key not in phases or total > phases[key][0]:
+                phases[key] = (total, _categories(dev))
+    for key, snapshot in (
+        ("overall", before_step),
+        ("optimizer step", tracker.get_tracker_snapshot("peak")),
+    ):
+        dev = snapshot.get(meta, {})
+        phases[key] = (float(dev.get("Total", 0.0)), _categories(dev))
+    return phases, act_fw
 
 
-def trace_memory(spec: Any) -> TraceResult:
-    """Trace the spec's model on meta and return the steady-state single-device peak."""
+Phase = tuple[float, dict[str, float]]
+"""(total bytes, bytes by MemTracker category) at one traced phase."""
+
+
+def _categories(dev: dict[Any, Any]) -> dict[str, float]:
+    return {str(k).split(".")[-1].lower(): float(v) for k, v in dev.items() if str(k) != "Total"}
+
+
+def _peak(phases: dict[str, Phase]) -> Phase:
+    return max(phases.values(), key=lambda phase: phase[0])
+
+
+def _extrapolate(one: dict[str, Phase], two: dict[str, Phase], n: int) -> dict[str, Phase]:
+    """Each phase traced with 1 and 2 layers, grown linearly to ``1 + n`` layers.
+
+    Phases are extrapolated one by one before the peak is taken: with few layers
+    the peak may sit in backward (logits) and with many in the optimizer step.
+    The overall peak is a maximum over phases, not linear, and is left out.
+    """
+    out: dict[str, Phase] = {}
+    for key in one.keys() & two.keys() - {"overall"}:
+        (t1, c1), (t2, c2) = one[key], two[key]
+        cats = {k: c1.get(k, 0.0) + n * (c2.get(k, 0.0) - c1.get(k, 0.0)) for k in c1.keys() | c2}
+        out[key] = (t1 + n * (t2 - t1), cats)
+    return out
+
+
+def trace_memory(
+    spec: Any, part: RankSlice | None = None, *, grads_persist: bool = False
+) -> TraceResult:
+    """Trace the spec's model on meta and return the steady-state peak of one rank.
+
+    Without ``part`` the whole model on one device; with it, one TP x PP rank's
+    slice (:class:`RankSlice`). ``grads_persist`` traces gradient accumulation:
+    gradients stay allocated through forward and backward.
+    """
     _require_torch()
     from gpuplan.estimate.fit import model_shape, sequence_length
 
     shape = model_shape(spec.model)
-    if shape.family not in ("decoder", "encoder"):
+    if shape.family not in ("decoder", "encoder", "cnn", "vit"):
         raise SpecError(
-            f"--trace: traces Hugging Face text models; {shape.model_id} is a {shape.family} model",
+            f"--trace: traces Hugging Face text and vision models; {shape.model_id} is a "
+            f"{shape.family} model",
             hint="drop --trace for the analytic estimate",
         )
     if spec.method == "qlora":
@@ -312,24 +499,29 @@ def trace_memory(spec: Any) -> TraceResult:
             hint="drop --trace for the analytic estimate",
         )
     config = hf_config_dict(spec.model)
-    seq = sequence_length(spec, shape)
+    if shape.family in ("cnn", "vit"):
+        seq = int(spec.image_size or shape.image_size or 224)  # the image side
+    else:
+        seq = sequence_length(spec, shape)
+    tp = part.tp if part is not None else 1
+    stage = (part.stage_layers if part is not None else None) or shape.layers
+    rank_params = shape.params_total * stage / max(shape.layers, 1) / tp
+    mb = spec.micro_batch_size
     start = time.perf_counter()
     try:
-        if shape.params_total <= MAX_TRACED_PARAMS:
-            peak, cats, act = _trace_once(
-                config, spec, shape.family, None, seq, spec.micro_batch_size
+        if rank_params <= MAX_TRACED_PARAMS or shape.family in ("cnn", "vit"):
+            layers_arg = stage if stage != shape.layers else None
+            phases, act = _trace_once(
+                config, spec, shape.family, layers_arg, seq, mb, part, grads_persist
             )
-            layers: tuple[int, ...] = (shape.layers,)
+            peak, cats = _peak(phases)
+            layers: tuple[int, ...] = (stage,)
             extrapolated = False
         else:
-            p1, c1, a1 = _trace_once(config, spec, shape.family, 1, seq, spec.micro_batch_size)
-            p2, c2, a2 = _trace_once(config, spec, shape.family, 2, seq, spec.micro_batch_size)
-            n = shape.layers - 1
-            peak = p1 + n * (p2 - p1)
-            cats = {
-                k: c1.get(k, 0.0) + n * (c2.get(k, 0.0) - c1.get(k, 0.0)) for k in set(c1) | set(c2)
-            }
-            act = a1 + n * (a2 - a1)
+            ph1, a1 = _trace_once(config, spec, shape.family, 1, seq, mb, part, grads_persist)
+            ph2, a2 = _trace_once(config, spec, shape.family, 2, seq, mb, part, grads_persist)
+            peak, cats = _peak(_extrapolate(ph1, ph2, stage - 1))
+            act = a1 + (stage - 1) * (a2 - a1)
             layers, extrapolated = (1, 2), True
     except GpuPlanError:
         raise
@@ -355,13 +547,20 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
     is applied by scaling params/grads/optimizer categories as the analytic
     model does, and the analytic runtime overheads are added on top.
     """
+    import math
+
     from gpuplan.estimate import overheads as ovh
+    from gpuplan.estimate.fit import model_shape
 
     st = analytic.strategy
+    part = None
     if st.tp > 1 or st.pp > 1:
-        raise SpecError(
-            "--trace: tensor/pipeline parallel layouts are estimated analytically only",
-            hint="drop --trace, or set parallelism to sharding only",
+        layers = model_shape(spec.model).layers
+        part = RankSlice(
+            tp=st.tp,
+            stage_layers=math.ceil(layers / st.pp) if st.pp > 1 else None,
+            in_flight=min(st.pp, st.grad_accum) if st.pp > 1 else 1,
+            pipelined=st.pp > 1,
         )
     from gpuplan.estimate.frameworks import FRAMEWORKS
 
@@ -372,7 +571,7 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             "is estimated analytically only",
             hint="drop --trace, or set framework: hf",
         )
-    traced = trace_memory(spec)
+    traced = trace_memory(spec, part, grads_persist=st.grad_accum > 1)
     cats = dict(traced.categories_at_peak)
     dp = st.shard_degree
     if dp > 1 and st.sharding != "none":
@@ -401,6 +600,16 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
         + (", extrapolated per layer" if traced.extrapolated else "")
         + f" in {traced.wall_s:.1f}s"
     )
+    if part is not None:
+        note += (
+            f"; one rank's slice: linears sharded by tp={part.tp} (column-parallel QKV/gate/up, "
+            "row-parallel out/down, vocab-parallel embedding and head), no sequence parallelism"
+        )
+        if part.pipelined:
+            note += (
+                f", {part.stage_layers} stage layers holding {part.in_flight} micro-batches "
+                "(one reaches the head), embedding and head weights held once"
+            )
     if spec.activation_checkpointing in ("selective", "selective-op"):
         note += (
             f"; {spec.activation_checkpointing} checkpointing traced as full (Hugging Face models "
