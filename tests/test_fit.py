@@ -231,3 +231,38 @@ def test_op_selective_checkpointing_sits_between_selective_and_full(cat) -> None
     per_token_layer = 2 * h + 2 * h + 4 * heads + 2 * (h + kv + f + h)
     extra = saved["selective-op"] - saved["full"]
     assert extra == pytest.approx(32 * 4096 * (per_token_layer - 2 * h), rel=1e-6)
+
+
+def test_old_bitsandbytes_keeps_the_previous_steps_4bit_inputs_under_litgpt(cat) -> None:  # type: ignore[no-untyped-def]
+    """bitsandbytes < 0.43.2 stores MatMul4Bit's input in ctx.tensors (PR #1270); LitGPT's
+    loop holds the previous step's graph through the next forward, so those inputs add up:
+    per token and layer the qkv, out-projection, MLP-in and down-projection inputs."""
+    gpu = cat.gpu("A10G")
+    kw: dict[str, object] = {"method": "qlora", "micro_batch_size": 2, "seq_len": 512}
+    lora = {"rank": 16, "targets": ["q_proj", "v_proj"], "double_quant": False}
+
+    def used(framework: str, version: str | None) -> float:
+        lo = dict(lora, **({"bitsandbytes": version} if version else {}))
+        return fit(spec(**kw, framework=framework, lora=lo), gpu).memory.peak_allocated_bytes
+
+    shape = model_shape("llama-3-8b")
+    per_token = shape.layers * (4096 + 4096 + 4096 + 14336) * 2 + 4096 * 2  # + untied head input
+    tokens = 2 * 512
+    assert used("litgpt", "0.42.0") - used("litgpt", None) == pytest.approx(per_token * tokens)
+    assert used("litgpt", "0.43.2") == used("litgpt", None)
+    # the HF Trainer returns a detached loss: nothing of the previous graph is referenced
+    assert used("hf", "0.42.0") == used("hf", None)
+
+
+def test_litgpt_qlora_dequantizes_from_fp16_under_bf16(cat) -> None:  # type: ignore[no-untyped-def]
+    """Fabric quantizes from fp16: a bf16 forward holds the fp16 dequantized weight and its
+    bf16 cast, 4 bytes per element of the largest 4-bit weight (the untied LM head)."""
+    r = fit(spec(method="qlora", framework="litgpt"), cat.gpu("A10G")).memory
+    shape = model_shape("llama-3-8b")
+    assert r.details["weights: dequantized layer (transient)"] == 4 * shape.params_head
+
+
+@pytest.mark.parametrize("version", ["latest", "0.42.0.1", "v0.42.0", "", "0.42.x"])
+def test_bitsandbytes_version_must_be_a_release_number(version: str) -> None:
+    with pytest.raises(GpuPlanError, match="bitsandbytes"):
+        spec(method="qlora", lora={"bitsandbytes": version})

@@ -71,6 +71,17 @@ class LoraSpec(_Spec):
     double_quant: bool = Field(
         default=True, description="QLoRA: double-quantize the NF4 absmax constants."
     )
+    bitsandbytes: str | None = Field(
+        default=None,
+        pattern=r"^\d+\.\d+(\.\d+)?$",
+        description=(
+            "QLoRA: the bitsandbytes release the job runs, e.g. '0.42.0' (default: a current "
+            "one). Before 0.43.2, MatMul4Bit keeps each 4-bit linear's input as a context "
+            "attribute (bitsandbytes PR #1270) that lives as long as the autograd graph; a "
+            "training loop that holds the previous step's output (litgpt) then keeps those "
+            "inputs through the next forward."
+        ),
+    )
 
 
 class ParallelismSpec(_Spec):

@@ -77,16 +77,28 @@ def sequence_length(spec: JobSpec, shape: Shape) -> int:
     return spec.seq_len
 
 
+BNB_FREES_INPUTS = (0, 43, 2)
+"""First bitsandbytes release whose ``MatMul4Bit.forward`` stores ``ctx.tensors = (None, B)``
+instead of ``(A, B)`` (bitsandbytes PR #1270, commit 9e753741, 2024-07-16)."""
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
 def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
     """The memory-relevant part of a spec, resolved against the model."""
     roles: frozenset[str] = frozenset()
     rank = 0
     dropout = 0.0
     double_quant = True
+    bnb_keeps_inputs = False
     if spec.method != "full":
         assert spec.lora is not None
         roles = lora_roles(spec.lora.targets, shape)
         rank, dropout, double_quant = spec.lora.rank, spec.lora.dropout, spec.lora.double_quant
+        bnb = spec.lora.bitsandbytes
+        bnb_keeps_inputs = bnb is not None and _version(bnb) < BNB_FREES_INPUTS
     if spec.method == "qlora" and spec.precision in ("fp32", "tf32"):
         raise SpecError(
             "precision: qlora computes in 16 bits; use bf16-mixed, bf16-true, fp16-mixed or fp16-true"
@@ -102,6 +114,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         lora_rank=rank,
         lora_dropout=dropout,
         double_quant=double_quant,
+        bnb_keeps_inputs=spec.method == "qlora" and bnb_keeps_inputs,
         fused_attention=spec.attention != "eager",
         cudnn_attention=spec.attention == "cudnn",
         attention_auto=spec.attention == "auto",

@@ -24,7 +24,15 @@ also accumulates gradients under ``no_backward_sync``, which keeps FSDP gradient
 unsharded until the last micro-batch. Its QLoRA (Fabric's ``BitsandbytesPrecision``,
 2023) swaps every ``nn.Linear`` built under ``init_module`` for the 4-bit class, the LM
 head included (Fabric later added ``ignore_modules`` to keep it, for example ``{"lm_head"}``);
-transformers and torchtune keep the head in 16 bits.
+transformers and torchtune keep the head in 16 bits. Fabric quantizes from fp16
+(``lightning/fabric/plugins/precision/bitsandbytes.py``, ``_Linear4bit.quantize``:
+``weight.to(dtype=torch.half)``), so under bf16 each 4-bit forward holds the fp16
+dequantized weight and its bf16 cast (bitsandbytes ``MatMul4Bit.forward``); the largest,
+the LM head, sets the transient. ``litgpt/finetune/lora.py`` (``fit()``, commit 916a84ca)
+rebinds ``logits = model(...)`` only when the next forward returns, so the previous step's
+graph stays referenced through that forward: with bitsandbytes before 0.43.2, whose
+``MatMul4Bit`` keeps its input in ``ctx.tensors`` (PR #1270), the previous step's inputs
+to every 4-bit linear are still live (spec ``lora.bitsandbytes``).
 
 The engines (what a framework keeps per parameter under each sharding value is in
 :mod:`gpuplan.estimate.sharding`):
@@ -74,6 +82,12 @@ class Framework:
     partitioner saves the smaller 16-bit input instead (torchtitan)."""
     qlora_quantizes_head: bool = False
     """QLoRA quantizes the LM head too (its dequantized copy is then the largest transient)."""
+    qlora_fp16_quant_state: bool = False
+    """QLoRA weights are quantized from fp16, so under bf16 ``MatMul4Bit.forward`` holds the
+    fp16 dequantized weight and its bf16 cast at once (``dequantize_4bit(...).to(A.dtype)``)."""
+    keeps_previous_graph: bool = False
+    """The training loop keeps the previous step's output (and so its autograd graph) until
+    the next forward returns; tensors stored as autograd-context attributes live on."""
     engine: str = "pytorch"
     """Whose sharding semantics apply: pytorch (DDP/FSDP/ZeroRedundancyOptimizer under
     autocast), deepspeed, megatron or torchtitan (see :mod:`gpuplan.estimate.sharding`)."""
@@ -101,6 +115,8 @@ FRAMEWORKS: dict[str, Framework] = {
         fsdp_mixed_units=True,
         fsdp_unsharded_accumulation=True,
         qlora_quantizes_head=True,
+        qlora_fp16_quant_state=True,
+        keeps_previous_graph=True,
     ),
     "torchtune": Framework(
         name="torchtune",

@@ -83,6 +83,8 @@ class MemoryJob:
     lora_rank: int = 0
     lora_dropout: float = 0.0
     double_quant: bool = True
+    bnb_keeps_inputs: bool = False
+    """QLoRA on bitsandbytes < 0.43.2: each 4-bit linear's input lives as long as its graph."""
     fused_attention: bool = True
     cudnn_attention: bool = False
     attention_auto: bool = False
@@ -326,7 +328,9 @@ def weight_bytes(
                 largest = max(largest, shape.params_head)
             nf4_b = linear_p * nf4 / lay.param_ranks
             rest_b = (stage.total - linear_p) * 2 / lay.param_ranks
-            deq = 2 * largest / st.tp
+            fp16_state = FRAMEWORKS[job.framework].qlora_fp16_quant_state
+            # fp16 quant state under bf16: the fp16 dequantized weight and its bf16 cast
+            deq = (4 if fp16_state and job.precision.startswith("bf16") else 2) * largest / st.tp
             lines += [
                 ("weights: NF4 base linears" + (" and LM head" if head_q else ""), nf4_b),
                 ("weights: 16-bit embeddings, norms" + ("" if head_q else ", head"), rest_b),
@@ -444,6 +448,29 @@ def training_state_bytes(
     )
 
 
+_INPUT_GROUPS = (
+    frozenset({"q", "k", "v", "qkv"}),
+    frozenset({"o"}),
+    frozenset({"gate", "up", "gate_up", "fc1"}),
+    frozenset({"down", "fc2"}),
+)
+"""Linears that read the same input tensor (one stored reference is one tensor)."""
+
+
+def previous_step_inputs(shape: Shape, st: Strategy, act_bytes: int, head: bool) -> float:
+    """Bytes per token of the previous step's inputs to the 4-bit linears, kept alive by
+    bitsandbytes < 0.43.2 (``MatMul4Bit.forward``: ``ctx.tensors = (A, B)``) while the loop
+    still references that step's graph: every base linear is 4-bit under QLoRA."""
+    width = 0
+    for group in _INPUT_GROUPS:
+        widths = [lin.in_features for lin in shape.linears if lin.role in group]
+        width += max(widths, default=0)
+    per_token = math.ceil(shape.layers / st.pp) * width / st.tp
+    if head and shape.family == "decoder" and not shape.tied_embeddings and st.pp == 1:
+        per_token += shape.hidden
+    return per_token * act_bytes
+
+
 def _transformer_activations(
     shape: Shape, job: MemoryJob, st: Strategy, tr: Trainable, act_bytes: int, autocast: bool
 ) -> tuple[float, float, list[Item]]:
@@ -486,6 +513,8 @@ def _transformer_activations(
         act_tok = layers * per_layer
     in_flight = min(st.pp, st.grad_accum) if st.pp > 1 else 1
     saved = act_tok * tokens * in_flight
+    if job.bnb_keeps_inputs and fw.keeps_previous_graph:
+        saved += previous_step_inputs(shape, st, act_bytes, fw.qlora_quantizes_head) * tokens
     saved += sum(i.bytes_per_token for i in head_items_cached(shape, num, tr)) / st.tp * tokens
     transient = backward_transient_per_token(shape, num) / st.tp * tokens
     return saved, transient, items
@@ -526,6 +555,11 @@ def activation_bytes(
     saved, transient, items = _transformer_activations(
         shape, job, st, tr.trainable, pb.act, pb.autocast and lay.autocast
     )
+    if job.bnb_keeps_inputs and FRAMEWORKS[job.framework].keeps_previous_graph:
+        assumptions.append(
+            "bitsandbytes < 0.43.2 with a loop that holds the previous step's graph: the "
+            "previous step's inputs to the 4-bit linears stay live through the next forward"
+        )
     if job.fused_attention:
         assumptions.append("fused attention (flash / memory-efficient SDPA): no s^2 buffers")
     else:
