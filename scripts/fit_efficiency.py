@@ -70,7 +70,8 @@ def _with(
     return dataclasses.replace(base, archs=archs)
 
 
-def _error(rows: list[dict[str, str]]) -> list[float]:
+def _errors_by_source(rows: list[dict[str, str]]) -> list[tuple[float, str]]:
+    """(|log(predicted / measured)|, source) of each row the model can predict."""
     out = []
     for row in rows:
         measured = float(row["measured"]) * UNIT_SCALE.get(row["unit"], 1)
@@ -79,8 +80,12 @@ def _error(rows: list[dict[str, str]]) -> list[float]:
         except GpuPlanError:
             continue
         if predicted > 0 and measured > 0:
-            out.append(abs(math.log(predicted / measured)))
+            out.append((abs(math.log(predicted / measured)), source_of(row)))
     return out
+
+
+def _error(rows: list[dict[str, str]]) -> list[float]:
+    return [e for e, _ in _errors_by_source(rows)]
 
 
 def _score(rows: list[dict[str, str]]) -> float | None:
@@ -89,15 +94,7 @@ def _score(rows: list[dict[str, str]]) -> float | None:
     repository's benchmark table) does not decide a parameter alone. The fit serves jobs
     from codebases it has not seen; a row-weighted median fits the largest source's
     codebase instead (leave-one-source-out: that source's efficiencies do not carry)."""
-    pairs: list[tuple[float, str]] = []
-    for row in rows:
-        measured = float(row["measured"]) * UNIT_SCALE.get(row["unit"], 1)
-        try:
-            predicted, _ = predict_training(row, REPO)
-        except GpuPlanError:
-            continue
-        if predicted > 0 and measured > 0:
-            pairs.append((abs(math.log(predicted / measured)), source_of(row)))
+    pairs = _errors_by_source(rows)
     if not pairs:
         return None
     per_source: dict[str, int] = defaultdict(int)
@@ -174,9 +171,7 @@ START = {
 script on the same table writes the same values; also each parameter's unfitted prior in the
 leave-one-source-out folds (gemm_fp32: efficiency.yaml's stated prior for plain fp32)."""
 START_TP_OVERLAP = 0.85
-FIXED: frozenset[str] = frozenset(
-    {"Hopper.gemm", "Blackwell.gemm_fp8", "Blackwell.attention_cudnn", "overlap.tensor_parallel"}
-)
+FIXED: frozenset[str] = frozenset({"Hopper.gemm"})
 """Parameters not fitted, kept at their prior (``START``), because fitting them raised the
 leave-one-source-out error of their rows, checked by re-fitting every fold with them held
 (2026-12-01, source-balanced fit; docs/accuracy.md gives the figures). ``--fix=NAME,...``
@@ -241,6 +236,29 @@ def fit(
             effs = _fit_tp_overlap(rows, effs, verbose)
         if _fitted(effs) == before:
             break
+    return _carry(effs)
+
+
+CARRIED = (
+    ("Ampere", "gemm_fp8", "Ampere", "gemm", 1.0),  # no fp8 on Ampere
+    ("Ampere", "attention_cudnn", "Ampere", "attention", 1.0),  # FlashAttention-2 is native
+    ("Ada Lovelace", "gemm_fp8", "Ada Lovelace", "gemm", 1.0),  # no fp8 row
+    ("Turing", "gemm", "Ampere", "gemm", 1.0),  # no Turing row
+    ("Turing", "gemm_fp8", "Ampere", "gemm", 1.0),
+    ("Turing", "attention", "Ampere", "attention", 1.0),
+    ("Turing", "attention_cudnn", "Ampere", "attention", 1.0),
+    ("Blackwell", "gemm", "Hopper", "gemm", 1.0),  # no Blackwell bf16 row
+    ("Blackwell", "attention", "Blackwell", "attention_cudnn", 0.5),  # over the measured 2.0
+)
+"""Values efficiency.yaml states as carried from another (its `basis` texts say why):
+(architecture, key) = factor x (source architecture, key), applied after every fit."""
+
+
+def _carry(effs: calibration.Efficiencies) -> calibration.Efficiencies:
+    for arch, key, src_arch, src_key, factor in CARRIED:
+        if arch in effs.archs and src_arch in effs.archs:
+            value = round(factor * getattr(effs.archs[src_arch], src_key), 2)
+            effs = _with(effs, arch, key, value)
     return effs
 
 

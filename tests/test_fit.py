@@ -266,3 +266,49 @@ def test_litgpt_qlora_dequantizes_from_fp16_under_bf16(cat) -> None:  # type: ig
 def test_bitsandbytes_version_must_be_a_release_number(version: str) -> None:
     with pytest.raises(GpuPlanError, match="bitsandbytes"):
         spec(method="qlora", lora={"bitsandbytes": version})
+
+
+@pytest.mark.parametrize(
+    ("autocast", "fp16", "per_element"),
+    [(False, True, 2 + 4 + 2), (True, True, 4 + 4 + 2), (False, False, 2 + 2)],
+)
+def test_opt_eager_attention_keeps_clamped_scores_and_upcast_softmax(
+    autocast: bool, fp16: bool, per_element: int
+) -> None:
+    """transformers' OPTAttention (2022-2023): the torch.max clamp keeps the masked scores,
+    fp16 scores get softmax(dtype=float32) (kept) and a 16-bit copy (kept by the matmul);
+    bf16 scores take the plain softmax, whose output both it and the matmul keep."""
+    shape = model_shape("opt-1.3b")
+    num = Numerics(act_bytes=2, autocast=autocast, fp16=fp16)
+    items = layer_items(shape, num, Trainable(full=True), seq=512, fused_attention=False)
+    sq = sum(i.bytes_per_token for i in items if "(s^2)" in i.name)
+    assert sq == per_element * shape.heads * 512
+
+
+def test_llmfoundry_keeps_less_than_the_hf_stack(cat) -> None:  # type: ignore[no-untyped-def]
+    """llm-foundry's benchmark config: flash-attn's fused cross-entropy (16-bit logits and an
+    fp32 logsumexp, a 16-bit gradient), 16-bit residual stream under FSDP mixed precision
+    (low-precision LayerNorm inputs), and the flash output read as a view by the out-proj."""
+    shape = model_shape("llama-3-8b")
+    num = Numerics(
+        act_bytes=2,
+        autocast=True,
+        residual_16bit=True,
+        fused_loss=True,
+        attention_output_shared=True,
+    )
+    tr = Trainable(full=True)
+    from gpuplan.estimate.activations import backward_transient_per_token, head_items
+
+    head = {i.name: i.bytes_per_token for i in head_items(shape, num, tr)}
+    assert head["logits (fused loss input)"] == 2 * shape.vocab
+    assert head["loss logsumexp (fp32)"] == 4
+    assert not any("fp32" in n and "logits" in n for n in head)
+    assert backward_transient_per_token(shape, num) == 2 * shape.vocab
+    items = {i.name for i in layer_items(shape, num, tr, seq=2048, fused_attention=True)}
+    assert not any("out-proj input" in n for n in items)
+    spec_kw: dict[str, object] = {"precision": "bf16-mixed", "micro_batch_size": 4}
+    gpu = cat.gpu("H100-SXM")
+    lf = fit(spec(**spec_kw, framework="llmfoundry"), gpu).memory.peak_allocated_bytes
+    hf = fit(spec(**spec_kw, framework="hf"), gpu).memory.peak_allocated_bytes
+    assert lf < hf

@@ -148,7 +148,12 @@ def test_stored_folds_cover_the_training_table() -> None:
     assert loso is not None
     assert loso.stale == ""
     assert all(r.source for r in loso.report.rows)
-    assert {c.name for c in loso.constants} >= {"Hopper.gemm", "overlap.tensor_parallel"}
+    names = {c.name for c in loso.constants}
+    assert names >= {"Ampere.gemm", "overlap.tensor_parallel"}
+    # a constant held at its prior (it raised its rows' LOSO error) is not listed as fitted
+    assert "Hopper.gemm" not in names
+    # every listed constant earns its place: fitting it lowers its rows' LOSO error
+    assert all(c.helps for c in loso.constants)
 
 
 def test_efficiencies_with_sets_flattened_names() -> None:

@@ -172,3 +172,75 @@ def test_transformer_engine_keeps_no_fp32_norm_copies_nor_repeated_kv() -> None:
     qkv = {i.name: i.bytes_per_token for i in te}["attn q, k, v (SDPA inputs)"]
     assert qkv == 2 * (shape.heads + 2 * shape.kv_heads) * shape.head_dim
     assert sum(i.bytes_per_token for i in te) < sum(i.bytes_per_token for i in hf)
+
+
+@pytest.mark.parametrize(
+    ("opts", "param", "grad", "state"),
+    [
+        ({}, 2, 4, 4),
+        ({"fp8_params": True}, 1, 4, 4),
+        ({"grad_reduce_in_fp32": False}, 2, 2, 4),
+        ({"optimizer_bf16": True}, 2, 4, 2),
+    ],
+)
+def test_megatron_options_change_the_bytes_per_parameter(
+    opts: dict[str, bool], param: int, grad: int, state: int
+) -> None:
+    """fp8_params (TE Float8Tensor weights), grad_reduce_in_fp32 (the main_grad buffer dtype)
+    and a bf16 optimizer (Apex DistributedFusedAdam dtype) as Megatron-Core keeps them."""
+    from gpuplan.estimate.sharding import MegatronOptions
+
+    lay = state_layout(
+        "megatron",
+        "zero1",
+        PRECISIONS["fp8-mixed"],
+        ranks=8,
+        dp=8,
+        megatron=MegatronOptions(**opts),
+    )
+    assert (lay.param_bytes, lay.grad_bytes, lay.state_bytes, lay.master_bytes) == (
+        param,
+        grad,
+        state,
+        state,
+    )
+    # fp8 weights leave no separate fp8 compute copy
+    assert lay.compute_copy_bytes == (0 if opts.get("fp8_params") else 1)
+
+
+def test_megatron_activation_offload_keeps_a_double_buffer(a100: GpuSpec) -> None:
+    base = {
+        "model": "llama-3-8b",
+        "seq_len": 4096,
+        "precision": "bf16-mixed",
+        "framework": "megatron",
+        "parallelism": {"sharding": "zero1"},
+    }
+
+    def saved(layers_off: int) -> float:
+        spec = (
+            {**base, "megatron": {"activation_offload_layers": layers_off}} if layers_off else base
+        )
+        return fit(parse_spec(spec), a100, 8).memory.details["activations: saved for backward"]
+
+    # 32 layers: offloading 30 keeps 2 plus the 2 of the double buffer (28 fewer), offloading 20
+    # keeps 12 plus 2 (18 fewer): the saved bytes fall in that ratio
+    full, off20, off30 = saved(0), saved(20), saved(30)
+    assert off30 < off20 < full
+    assert (full - off30) / (full - off20) == pytest.approx(28 / 18)
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"megatron": {"fp8_params": True}}, "megatron: its settings apply to framework megatron"),
+        (
+            {"framework": "megatron", "megatron": {"fp8_params": True}},
+            "megatron.fp8_params: needs precision fp8-mixed",
+        ),
+        ({"framework": "megatron", "megatron": {"optimizer_dtype": "fp16"}}, "optimizer_dtype"),
+    ],
+)
+def test_megatron_settings_are_checked(extra: dict[str, object], needle: str) -> None:
+    with pytest.raises(GpuPlanError, match=needle):
+        parse_spec({"model": "llama-3-8b", "seq_len": 2048, **extra})

@@ -294,7 +294,8 @@ def test_efficiency_file_is_strict() -> None:
 
     text = resources.files("gpuplan.estimate").joinpath("efficiency.yaml").read_text("utf-8")
     data = yaml.safe_load(text)
-    assert parse_efficiency_file(data).archs["Ampere"].attention_cudnn == 0.31
+    stated = data["architectures"]["Ampere"]["attention_cudnn"]
+    assert parse_efficiency_file(data).archs["Ampere"].attention_cudnn == stated
     missing = yaml.safe_load(text)
     del missing["architectures"]["Ampere"]["gemm_fp32"]
     with pytest.raises(CatalogError, match="Ampere.gemm_fp32"):
@@ -303,3 +304,18 @@ def test_efficiency_file_is_strict() -> None:
     unknown["overlap"]["fsdp_prefetch"] = 0.5
     with pytest.raises(CatalogError, match="fsdp_prefetch"):
         parse_efficiency_file(unknown)
+
+
+def test_carried_efficiencies_follow_their_fitted_sources() -> None:
+    """The values efficiency.yaml states as carried from a fitted one are equal to it, so a
+    re-fit cannot leave them behind (its `basis` texts say which is carried from which)."""
+    from gpuplan.estimate import calibration
+
+    a = calibration.efficiencies().archs
+    assert a["Ampere"].attention_cudnn == a["Ampere"].attention  # FlashAttention-2 is native
+    assert a["Ampere"].gemm_fp8 == a["Ampere"].gemm  # no fp8 on Ampere
+    assert a["Ada Lovelace"].gemm_fp8 == a["Ada Lovelace"].gemm  # no fp8 row
+    assert (a["Turing"].gemm, a["Turing"].attention) == (a["Ampere"].gemm, a["Ampere"].attention)
+    assert a["Blackwell"].gemm == a["Hopper"].gemm
+    assert a["Hopper"].attention_cudnn == round(2.0 * a["Hopper"].attention, 2)
+    assert a["Blackwell"].attention == round(a["Blackwell"].attention_cudnn / 2.0, 2)

@@ -72,3 +72,30 @@ def test_gates_exit_1(cli, table: Path, args: tuple[str, ...], code: int, needle
     r = cli("validate", "memory", "--table", str(table), *args)
     assert r.exit_code == code
     assert needle in (r.stderr if code else r.output) or not needle
+
+
+def test_refused_rows_lists_layouts_that_ran_but_do_not_fit(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A row whose stated layout ran is a false "does not fit" when the memory model refuses
+    it; `validate training --max-refused` gates on their number."""
+    from gpuplan.validation import refused_rows
+
+    header = (
+        "id,status,spec,gpu,count,gpus_per_node,intra_node,inter_node_gbps,fabric,metric,"
+        "measured,unit,source,what_was_measured,notes\n"
+    )
+    fits = (
+        'small,ok,"{model: llama-3-8b, method: lora, precision: bf16-true, seq_len: 512, '
+        'micro_batch_size: 1, parallelism: {sharding: none}}",H100-SXM,1,1,none,,,'
+        "tokens_per_s_per_gpu,1000,tokens/s/gpu,test,test,test\n"
+    )
+    refused = (
+        'huge,ok,"{model: llama-3-70b, method: full, precision: bf16-mixed, seq_len: 8192, '
+        'micro_batch_size: 8, parallelism: {sharding: none}}",A10G,1,1,none,,,'
+        "tokens_per_s_per_gpu,10,tokens/s/gpu,test,test,test\n"
+    )
+    (tmp_path / "validation").mkdir()
+    table = tmp_path / "validation" / "t.csv"
+    table.write_text(header + fits + refused, encoding="utf-8")
+    got = refused_rows(table)
+    assert [r.id for r in got] == ["huge"]
+    assert got[0].device_used_bytes > got[0].capacity_bytes

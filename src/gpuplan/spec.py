@@ -39,7 +39,9 @@ Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "
 Checkpointing = Literal["none", "selective", "selective-op", "full"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
-Framework = Literal["hf", "torchtune", "litgpt", "deepspeed", "megatron", "torchtitan"]
+Framework = Literal[
+    "hf", "torchtune", "litgpt", "deepspeed", "megatron", "torchtitan", "llmfoundry"
+]
 
 #: The hardware dtype each precision mode computes its matmuls in.
 COMPUTE_DTYPE: dict[str, str] = {
@@ -81,6 +83,35 @@ class LoraSpec(_Spec):
             "training loop that holds the previous step's output (litgpt) then keeps those "
             "inputs through the next forward."
         ),
+    )
+
+
+class MegatronSpec(_Spec):
+    """Megatron-Core settings that change what a rank keeps (framework: megatron only)."""
+
+    fp8_params: bool = Field(
+        default=False,
+        description="Transformer Engine keeps the weights in fp8 (`fp8_params` / "
+        "`fp8_param_gather`): 1 byte per parameter instead of bf16 plus an fp8 copy; the main "
+        "parameters stay in the optimizer. Needs precision fp8-mixed.",
+    )
+    grad_reduce_in_fp32: bool = Field(
+        default=True,
+        description="fp32 main-gradient buffer (Megatron's default with --bf16); false: the "
+        "gradients are kept and reduced in bf16 (`grad_reduce_in_fp32: false`, as NVIDIA's "
+        "FP8 recipes set).",
+    )
+    optimizer_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description="Main parameters and Adam moments: fp32, or bf16 (Apex "
+        "DistributedFusedAdam with `dtype: bf16`, as NeMo's SFT recipes set).",
+    )
+    activation_offload_layers: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description="Transformer layers whose activations go to host memory "
+        "(`cpu_offloading_num_layers`); two layers' stay on the GPU as the double buffer.",
     )
 
 
@@ -250,8 +281,10 @@ class JobSpec(_Spec):
         "GELU), deepspeed (DeepSpeed ZeRO around HF model code: 16-bit params and grads, fp32 "
         "master weights sharded with the optimizer state), megatron (Megatron-LM / NeMo / "
         "Megatron-Bridge: distributed optimizer, Transformer Engine kernels, fp32 main grads) "
-        "or torchtitan (FSDP2: fp32 sharded params gathered in bf16). It decides what each "
-        "`parallelism.sharding` value keeps per parameter.",
+        "torchtitan (FSDP2: fp32 sharded params gathered in bf16) or llmfoundry (MosaicML "
+        "llm-foundry: FSDP with 16-bit compute params, low-precision LayerNorm, flash-attn's "
+        "fused cross-entropy). It decides what each `parallelism.sharding` value keeps per "
+        "parameter.",
     )
     compile: bool = Field(
         default=False, description="torch.compile: pointwise intermediates are recomputed."
@@ -260,6 +293,12 @@ class JobSpec(_Spec):
         default="auto",
         description="Optimizer kernel: foreach (torch's CUDA default, one parameter-sized temporary), "
         "fused, or a per-parameter loop.",
+    )
+    megatron: MegatronSpec | None = Field(
+        default=None,
+        description="framework megatron only: {fp8_params, grad_reduce_in_fp32, "
+        "optimizer_dtype, activation_offload_layers}, the Megatron-Core settings that change "
+        "what each rank keeps.",
     )
     loss_chunks: int | None = Field(
         default=None,
@@ -309,6 +348,18 @@ class JobSpec(_Spec):
                 + ", ".join(
                     map(str, nearest_multiples(self.global_batch_size, self.micro_batch_size))
                 )
+            )
+        if self.megatron is not None and self.framework != "megatron":
+            raise ValueError(
+                f"megatron: its settings apply to framework megatron only, not {self.framework}"
+            )
+        if (
+            self.megatron is not None
+            and self.megatron.fp8_params
+            and self.precision != ("fp8-mixed")
+        ):
+            raise ValueError(
+                f"megatron.fp8_params: needs precision fp8-mixed, not {self.precision}"
             )
         if (self.mean_seq_len is not None or self.packing) and self.seq_len is None:
             raise ValueError(

@@ -160,7 +160,7 @@ def source_of(row: dict[str, str]) -> str:
     an engine, a measurement method and its blind spots: ``github.com/<owner>/<repo>``
     (all documents and tables of one repository together), for MLPerf the submitter
     (``mlcommons:<submitter>``, across rounds: one organisation's code and systems), an
-    arXiv paper by its number, a Hugging Face model card by its owner (with the aliases in
+    arXiv paper by its number (when named before any repository), a Hugging Face model card by its owner (with the aliases in
     ``SOURCE_ALIASES``), else the source text up to its first parenthesis.
     """
     text = row.get("source", "")
@@ -168,11 +168,12 @@ def source_of(row: dict[str, str]) -> str:
     if mlperf:
         return f"mlcommons:{mlperf.group(1)}"
     github = re.search(r"github\.com/([\w.-]+)/([\w.-]+)", text)
+    arxiv = re.search(r"arXiv:\s*(\d{4}\.\d{4,5})", text)
+    # the publication named first is the source (a paper whose run scripts live on GitHub)
+    if arxiv and (not github or arxiv.start() < github.start()):
+        return f"arXiv:{arxiv.group(1)}"
     if github:
         return f"github.com/{github.group(1)}/{github.group(2)}"
-    arxiv = re.search(r"arXiv:\s*(\d{4}\.\d{4,5})", text)
-    if arxiv:
-        return f"arXiv:{arxiv.group(1)}"
     hub = re.search(r"huggingface\.co/([\w.-]+)", text)
     if hub:
         key = f"huggingface.co/{hub.group(1)}"
@@ -402,3 +403,51 @@ def predict_training(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
             f"metric: cannot predict {metric!r} for row {row['id']} (missing work or not a text model)"
         )
     return float(value), label
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Refusal:
+    """A training row whose layout ran as published but which the memory model refuses."""
+
+    id: str
+    strategy: str
+    device_used_bytes: float
+    capacity_bytes: float
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain mapping for ``validate --json``."""
+        return dataclasses.asdict(self)
+
+
+def refused_rows(table: Path) -> list[Refusal]:
+    """Training rows with a stated layout that the memory estimate says does not fit.
+
+    Each ran as published, so every one is a false "does not fit": the planner would have
+    sent the user to a dearer configuration.
+    """
+    from gpuplan.estimate.memory import estimate_memory
+
+    root = table.resolve().parent.parent
+    out = []
+    for row in read_table(table):
+        if row.get("status", "ok") != "ok":
+            continue
+        hw = tuple(row.get(c) or "" for c in _TOPOLOGY_COLUMNS)
+        try:
+            spec, gpu, _, _, explicit = _training_layout(row["spec"], row["id"], root, hw)
+        except GpuPlanError:
+            continue
+        if explicit is None:
+            continue
+        shape, job, st = explicit
+        mem = estimate_memory(shape, job, st, gpu, image_size=spec.image_size)
+        if not mem.fits:
+            out.append(
+                Refusal(
+                    id=row["id"],
+                    strategy=st.label(),
+                    device_used_bytes=mem.device_used_bytes,
+                    capacity_bytes=mem.capacity_bytes,
+                )
+            )
+    return out

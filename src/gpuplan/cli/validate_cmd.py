@@ -70,6 +70,15 @@ MaxLosoOver50Opt = Annotated[
         help="Exit 1 if more rows than this are off by >50%, leave-one-source-out.",
     ),
 ]
+MaxRefusedOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-refused",
+        min=0,
+        help="Exit 1 if the memory model refuses more than this many rows whose layout ran as "
+        "published (a false 'does not fit').",
+    ),
+]
 MinCoverageOpt = Annotated[
     float | None,
     typer.Option(
@@ -108,10 +117,11 @@ def _run(
     ),
     *,
     wide: bool = False,
+    max_refused: int | None = None,
 ) -> None:
     """Run one validation table, print it (or JSON), and apply the CI gates."""
     from gpuplan import holdout
-    from gpuplan.validation import default_table, format_rows, run_table
+    from gpuplan.validation import default_table, format_rows, refused_rows, run_table
 
     path = table or default_table(name)
     with progress(f"validating {name} estimates against {path.name}"):
@@ -120,6 +130,7 @@ def _run(
         loso = holdout.memory_loso(path) if name == "memory" else holdout.training_loso(path)
         kind = "memory" if name == "memory" else "time"
         cov = holdout.coverage(loso, path, kind) if loso is not None else None
+        refused = refused_rows(path) if name == "training" else None
     loso_summary = loso.report.summary() if loso is not None else None
     loso_errors = {r.id: r.error for r in loso.report.rows} if loso is not None else {}
     if json_out:
@@ -141,6 +152,11 @@ def _run(
                 },
                 "coverage": cov.as_json() if cov else None,
                 "fitted_constants": [c.as_json() for c in loso.constants] if loso else [],
+                **(
+                    {"refused_by_memory": [r.as_json() for r in refused]}
+                    if refused is not None
+                    else {}
+                ),
             }
         )
     else:
@@ -193,10 +209,29 @@ def _run(
                 f"with bounds also fitted without the row's source); median width "
                 f"+/-{cov.median_half_width:.0%}"
             )
+        if refused is not None:
+            out.print(
+                f"memory model refuses {len(refused)} of the rows whose layout ran as published"
+                + (
+                    ": "
+                    + ", ".join(
+                        f"{r.id} ({r.strategy}: {r.device_used_bytes / 2**30:.1f} of "
+                        f"{r.capacity_bytes / 2**30:.1f} GiB)"
+                        for r in refused
+                    )
+                    if refused
+                    else ""
+                )
+            )
     failures = report.gate_failures(
         max_median=max_median, max_under=max_under, max_over_50=max_over_50
     )
     failures += _loso_failures(loso, cov, *loso_gates)
+    if max_refused is not None and refused is not None and len(refused) > max_refused:
+        failures.append(
+            f"the memory model refuses {len(refused)} rows that ran as published, more than "
+            f"--max-refused {max_refused}"
+        )
     if failures:
         typer.echo(f"error: {failures[0]}", err=True)
         raise typer.Exit(1)
@@ -273,9 +308,11 @@ def training(
     max_loso_under: MaxLosoUnderOpt = None,
     max_loso_over_50: MaxLosoOver50Opt = None,
     min_coverage: MinCoverageOpt = None,
+    max_refused: MaxRefusedOpt = None,
 ) -> None:
     """Predicted vs measured throughput / time-to-train: in-sample and leave-one-source-out
-    error, the fitted constants, and how often the 80% bounds hold."""
+    error, the fitted constants, how often the 80% bounds hold, and the rows that ran but
+    that the memory model refuses."""
     from gpuplan.validation import predict_training
 
     _run(
@@ -290,6 +327,7 @@ def training(
         max_over_50,
         (max_loso_median, max_loso_under, max_loso_over_50, min_coverage),
         wide=wide,
+        max_refused=max_refused,
     )
 
 

@@ -51,6 +51,21 @@ class Numerics:
     logits_upcast_in_model: bool = False
     """The model itself returns fp32 logits and the 16-bit ones are not kept (torchtune's
     ``TransformerDecoder`` without output chunks: ``self.output(h).float()``)."""
+    fp16: bool = False
+    """The 16-bit activations are fp16 (not bf16): some model code upcasts fp16 softmax."""
+    residual_16bit: bool = False
+    """The parameters are 16-bit while autocast runs (FSDP ``MixedPrecision`` with a 16-bit
+    ``param_dtype``), so the residual stream and the norm inputs are 16-bit and autocast makes
+    no per-linear copies of them."""
+    fused_loss: bool = False
+    """flash-attn's ``CrossEntropyLoss``: keeps the 16-bit logits and an fp32 logsumexp per
+    token, and its backward writes a 16-bit logits gradient (no fp32 copy)."""
+    attention_output_shared: bool = False
+    """flash-attn returns (batch, seq, heads, dim); the out-projection reads a view of it, so
+    the tensor kept by both is counted once."""
+    fp8_linear_inputs: bool = False
+    """Transformer Engine fp8 linears keep their input as the fp8 cast they computed with
+    (1 byte; ``transformer_engine/pytorch/module/linear.py``), for the weight gradient."""
     fused_kernels: bool = False
     """Transformer Engine (Megatron): fused norm + linear keeps the 16-bit norm input and the
     fp32 rstd, the fused SwiGLU keeps its input (and the down projection its own input), and
@@ -105,7 +120,7 @@ def _norm(shape: Shape, num: Numerics, tr: Trainable, where: str) -> list[Item]:
             )
         return items
     # native layer_norm saves its input (fp32 under autocast) plus mean/rstd
-    in_bytes = FP32 if num.autocast else a
+    in_bytes = FP32 if num.autocast and not num.residual_16bit else a
     return [Item(name=f"{where} layernorm input", bytes_per_token=in_bytes * h + 2 * FP32)]
 
 
@@ -129,9 +144,15 @@ def _linear_inputs(
     saving = [r for r in roles if tr.saves_input(r)]
     if saving:
         fused = num.compiled or num.fused_kernels
-        copies = len(saving) if (num.autocast and fp32_input and not fused) else 1
+        cast = num.autocast and fp32_input and not num.residual_16bit
+        copies = len(saving) if (cast and not fused) else 1
+        in_bytes = 1 if num.fp8_linear_inputs else a
         items.append(
-            Item(name=f"{where} input ({'/'.join(saving)})", bytes_per_token=copies * a * width)
+            Item(
+                name=f"{where} input ({'/'.join(saving)})"
+                + (" (fp8)" if num.fp8_linear_inputs else ""),
+                bytes_per_token=copies * in_bytes * width,
+            )
         )
     lora = [r for r in roles if tr.lora_on(r)]
     if lora:
@@ -187,6 +208,19 @@ def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool
         items.append(
             Item(name="attn q, k, v (matmul inputs)", bytes_per_token=a * (width_q + 2 * kv_saved))
         )
+        if shape.model_type == "opt":
+            # transformers' OPTAttention (2022-2023, PR #17437): scores + mask are clamped with
+            # torch.max (maximum saves its input; fp32 under autocast, whose mask is fp32),
+            # then softmax(dtype=float32) keeps its fp32 output and .to(float16) makes the
+            # copy the probabilities-times-V matmul saves
+            items.append(
+                Item(
+                    name="attn masked scores kept by the clamp (s^2)",
+                    bytes_per_token=sm_bytes * per_token_sq,
+                )
+            )
+            if num.autocast or num.fp16:
+                sm_bytes = FP32 + a
         items.append(
             Item(name="attn softmax output (s^2)", bytes_per_token=sm_bytes * per_token_sq)
         )
@@ -197,7 +231,16 @@ def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool
                 )
             )
     o_roles = ("o",)
-    items += _linear_inputs(o_roles, width_q, num, tr, "attn out-proj")
+    if fused and num.attention_output_shared:
+        # the out-projection's input is a view of the attention output already counted;
+        # only LoRA adapters on it add tensors
+        items += [
+            i
+            for i in _linear_inputs(o_roles, width_q, num, tr, "attn out-proj")
+            if "LoRA" in i.name
+        ]
+    else:
+        items += _linear_inputs(o_roles, width_q, num, tr, "attn out-proj")
     if shape.hidden_dropout > 0:
         items.append(Item(name="attn residual dropout mask", bytes_per_token=h))
     return items
@@ -316,6 +359,10 @@ def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
         if tr.full:
             items.append(Item(name="lm_head input", bytes_per_token=a * h))
         v = shape.vocab
+        if num.fused_loss:
+            items.append(Item(name="logits (fused loss input)", bytes_per_token=a * v))
+            items.append(Item(name="loss logsumexp (fp32)", bytes_per_token=FP32))
+            return items
         if num.logits_upcast_in_model:
             # fp32 logits: the loss keeps its fp32 input (compiled) or log_softmax output
             items.append(Item(name="fp32 logits / log_softmax (loss)", bytes_per_token=FP32 * v))
@@ -332,6 +379,9 @@ def backward_transient_per_token(shape: Shape, num: Numerics) -> float:
     """Extra bytes per token at the start of backward (loss and logits gradients)."""
     if shape.family != "decoder":
         return 0.0
+    if num.fused_loss:
+        # flash-attn's cross-entropy backward writes the 16-bit logits gradient directly
+        return num.act_bytes * shape.vocab
     if num.compiled and not num.logits_upcast_in_model:
         # a compiled loss that upcasts the logits itself fuses the backward of the upcast
         # and the log-softmax into one kernel writing the logits gradient in the logits

@@ -22,7 +22,7 @@ from gpuplan.estimate.memory import (
     estimate_memory,
 )
 from gpuplan.estimate.shape import Shape, shape_of
-from gpuplan.estimate.sharding import check_sharding
+from gpuplan.estimate.sharding import MegatronOptions, check_sharding
 from gpuplan.estimate.strategy import Strategy, candidate_layouts, grad_accum_for
 from gpuplan.spec import JobSpec, ParallelismSpec, nearest_multiples
 
@@ -115,6 +115,16 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         lora_dropout=dropout,
         double_quant=double_quant,
         bnb_keeps_inputs=spec.method == "qlora" and bnb_keeps_inputs,
+        megatron=None
+        if spec.megatron is None
+        else MegatronOptions(
+            fp8_params=spec.megatron.fp8_params,
+            grad_reduce_in_fp32=spec.megatron.grad_reduce_in_fp32,
+            optimizer_bf16=spec.megatron.optimizer_dtype == "bf16",
+        ),
+        activation_offload_layers=0
+        if spec.megatron is None
+        else spec.megatron.activation_offload_layers,
         fused_attention=spec.attention != "eager",
         cudnn_attention=spec.attention == "cudnn",
         attention_auto=spec.attention == "auto",

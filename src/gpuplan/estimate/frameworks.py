@@ -34,6 +34,16 @@ graph stays referenced through that forward: with bitsandbytes before 0.43.2, wh
 ``MatMul4Bit`` keeps its input in ``ctx.tensors`` (PR #1270), the previous step's inputs
 to every 4-bit linear are still live (spec ``lora.bitsandbytes``).
 
+* ``llmfoundry``: MosaicML's llm-foundry on Composer, read at commit 8c8dd48f (the
+  benchmark tables' code). ``ComposerMPTCausalLM`` defaults ``loss_fn`` to
+  ``fused_crossentropy`` (``llmfoundry/models/mpt/modeling_mpt.py``): flash-attn's
+  ``CrossEntropyLoss``, which keeps the 16-bit logits and a logsumexp and writes a 16-bit
+  gradient. ``scripts/train/benchmarking/submit_benchmarks.py`` sets ``norm_type:
+  low_precision_layernorm`` (the norm runs on 16-bit inputs) and FSDP ``mixed_precision:
+  DEFAULT`` (Composer: ``param_dtype`` = the autocast dtype), so the residual stream is
+  16-bit; ``attn_impl: flash`` returns (batch, seq, heads, dim), and the out-projection reads
+  a view of it. ``nn.GELU`` saves only its input.
+
 The engines (what a framework keeps per parameter under each sharding value is in
 :mod:`gpuplan.estimate.sharding`):
 
@@ -95,6 +105,14 @@ class Framework:
     """PEFT keeps LoRA adapters in fp32 (``autocast_adapter_dtype=True``, its default)."""
     fused_kernels: bool = False
     """Transformer Engine kernels: fused norms keep the 16-bit input, no repeated K/V."""
+    residual_16bit: bool = False
+    """FSDP computes with 16-bit parameters under autocast: a 16-bit residual stream."""
+    fused_loss: bool = False
+    """flash-attn's fused cross-entropy: no fp32 copy of the logits or of their gradient."""
+    attention_output_shared: bool = False
+    """flash-attn's output is the out-projection's input (a view), kept once."""
+    te_fp8_linears: bool = False
+    """fp8 runs use Transformer Engine linears, which keep the fp8 cast of their input."""
     shardings: tuple[str, ...] = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
     """Sharding values this engine implements."""
 
@@ -140,6 +158,17 @@ FRAMEWORKS: dict[str, Framework] = {
         upcast_unchunked_logits=True,
         engine="megatron",
         fused_kernels=True,
+        te_fp8_linears=True,
+    ),
+    "llmfoundry": Framework(
+        name="llmfoundry",
+        python_gelu=False,
+        loss_chunks=1,
+        default_optimizer_impl="foreach",
+        residual_16bit=True,
+        fused_loss=True,
+        attention_output_shared=True,
+        te_fp8_linears=True,
     ),
     "torchtitan": Framework(
         name="torchtitan",

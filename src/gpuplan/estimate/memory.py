@@ -56,7 +56,7 @@ from gpuplan.estimate.numerics import (
     optimizer_temp_bytes,
 )
 from gpuplan.estimate.shape import Shape
-from gpuplan.estimate.sharding import StateLayout, state_layout
+from gpuplan.estimate.sharding import MegatronOptions, StateLayout, state_layout
 from gpuplan.estimate.strategy import Strategy
 
 __all__ = ["DEFAULT_SAFETY_MARGIN", "MemoryEstimate", "MemoryJob", "estimate_memory"]
@@ -83,6 +83,10 @@ class MemoryJob:
     lora_rank: int = 0
     lora_dropout: float = 0.0
     double_quant: bool = True
+    megatron: MegatronOptions | None = None
+    """Megatron-Core settings (spec ``megatron``)."""
+    activation_offload_layers: int = 0
+    """Layers whose saved activations go to host memory (Megatron ``cpu_offloading``)."""
     bnb_keeps_inputs: bool = False
     """QLoRA on bitsandbytes < 0.43.2: each 4-bit linear's input lives as long as its graph."""
     fused_attention: bool = True
@@ -218,6 +222,7 @@ def layout_for(job: MemoryJob, st: Strategy) -> StateLayout:
         PRECISIONS[job.precision],
         ranks=st.shard_degree,
         dp=st.dp,
+        megatron=job.megatron,
     )
 
 
@@ -313,6 +318,8 @@ def weight_bytes(
             lines.append(("weights: low-precision compute copies", compute))
     else:
         base_b = 4 if job.precision in ("fp32", "tf32") else 2
+        if job.megatron is not None and job.megatron.fp8_params and job.precision == "fp8-mixed":
+            base_b = 1  # Transformer Engine fp8 weights: the frozen base in 1 byte
         if job.method == "qlora":
             nf4 = NF4_BYTES_DQ if job.double_quant else NF4_BYTES
             linear_p = shape.params_linear_per_layer * stage.layers / st.tp
@@ -480,9 +487,14 @@ def _transformer_activations(
     num = Numerics(
         act_bytes=act_bytes,
         autocast=autocast,
+        fp16=job.precision.startswith("fp16"),
         python_gelu=fw.python_gelu,
         compiled=job.compiled,
         fused_kernels=fw.fused_kernels,
+        residual_16bit=fw.residual_16bit and autocast,
+        fused_loss=fw.fused_loss,
+        attention_output_shared=fw.attention_output_shared,
+        fp8_linear_inputs=fw.te_fp8_linears and job.precision == "fp8-mixed",
         loss_chunks=chunks,
         logits_upcast_in_model=chunks == 1
         and (fw.upcast_unchunked_logits or (fw.upcast_in_loss and not job.compiled)),
@@ -490,6 +502,9 @@ def _transformer_activations(
     seq = shape.fixed_tokens or job.seq_len
     tokens = st.micro_batch_size * seq
     layers = math.ceil(shape.layers / st.pp)
+    off = min(job.activation_offload_layers, layers)
+    # Megatron's CPU offloading keeps two layers on the GPU as its double buffer
+    layers = max(0, layers - off) + min(2, off) if off else layers
     items = list(layer_items_cached(shape, num, tr, seq, job.fused_attention))
     per_layer = sum(i.bytes_per_token for i in items) / st.tp
     if st.activation_checkpointing == "full":

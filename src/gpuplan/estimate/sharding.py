@@ -156,8 +156,27 @@ def check_sharding(framework: str, sharding: str) -> None:
         )
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MegatronOptions:
+    """Megatron-Core settings that change the per-parameter state (spec ``megatron``)."""
+
+    fp8_params: bool = False
+    """``fp8_params``: Transformer Engine ``Float8Tensor`` weights, 1 byte, no bf16 copy
+    (``megatron/core/fp8_utils.py``; TE ``fp8_model_init``)."""
+    grad_reduce_in_fp32: bool = True
+    """``DistributedDataParallelConfig.grad_reduce_in_fp32``: the ``main_grad`` buffer dtype."""
+    optimizer_bf16: bool = False
+    """Main parameters and moments in bf16 (Apex ``DistributedFusedAdam(dtype=bf16)``)."""
+
+
 def state_layout(
-    framework: str, sharding: str, pb: PrecisionBytes, *, ranks: int, dp: int
+    framework: str,
+    sharding: str,
+    pb: PrecisionBytes,
+    *,
+    ranks: int,
+    dp: int,
+    megatron: MegatronOptions | None = None,
 ) -> StateLayout:
     """What ``framework`` keeps per parameter under ``sharding`` over ``ranks`` shards.
 
@@ -174,7 +193,7 @@ def state_layout(
     if engine == "deepspeed" and sixteen:
         return _deepspeed(sharding, pb, n, p_ranks, g_ranks, o_ranks)
     if engine == "megatron" and sixteen:
-        return _megatron(sharding, pb, p_ranks, g_ranks, o_ranks)
+        return _megatron(sharding, pb, p_ranks, g_ranks, o_ranks, megatron or MegatronOptions())
     if engine == "torchtitan" and sharding != "none" and pb.compute_copy:
         return StateLayout(
             engine=engine,
@@ -256,7 +275,12 @@ def _deepspeed(
 
 
 def _megatron(
-    sharding: str, pb: PrecisionBytes, p_ranks: int, g_ranks: int, o_ranks: int
+    sharding: str,
+    pb: PrecisionBytes,
+    p_ranks: int,
+    g_ranks: int,
+    o_ranks: int,
+    opts: MegatronOptions,
 ) -> StateLayout:
     gathered = sharding in SHARDED_PARAMS and p_ranks > 1
     label = {
@@ -264,22 +288,28 @@ def _megatron(
         "zero1": "distributed optimizer",
         "zero2": "Megatron-FSDP optim_grads",
     }.get(sharding, "Megatron-FSDP optim_grads_params")
+    fp8_params = opts.fp8_params and pb.compute_copy == 1
+    param_bytes = 1 if fp8_params else 2
+    grad_bytes = 4 if opts.grad_reduce_in_fp32 else 2
+    state_bytes = 2 if opts.optimizer_bf16 else 4
     return StateLayout(
         engine="megatron",
         sharding=sharding,
-        param_bytes=2,
+        param_bytes=param_bytes,
         param_ranks=p_ranks,
-        grad_bytes=4,
+        grad_bytes=grad_bytes,
         grad_ranks=g_ranks,
         optimizer_ranks=o_ranks,
-        master_bytes=4,
-        state_bytes=4,
-        compute_copy_bytes=1 if pb.compute_copy == 1 else 0,
-        gather_bytes=2 if gathered else 0,
+        master_bytes=state_bytes,
+        state_bytes=state_bytes,
+        compute_copy_bytes=1 if pb.compute_copy == 1 and not fp8_params else 0,
+        gather_bytes=param_bytes if gathered else 0,
         gathered_layers=2 if gathered else 0,
         autocast=False,
         notes=(
-            f"Megatron {label}: bf16 parameters, fp32 main gradients, fp32 main parameters "
-            "and Adam moments" + (" sharded" if sharding != "none" else ""),
+            f"Megatron {label}: {'fp8' if fp8_params else 'bf16'} parameters, "
+            f"{'fp32' if opts.grad_reduce_in_fp32 else 'bf16'} main gradients, "
+            f"{'bf16' if opts.optimizer_bf16 else 'fp32'} main parameters and Adam moments"
+            + (" sharded" if sharding != "none" else ""),
         ),
     )
