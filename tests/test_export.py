@@ -376,6 +376,17 @@ def test_megatron_interleaved_pipeline_flag(full: Plan, spec: JobSpec) -> None:
     assert flag(args, "--num-virtual-stages-per-pipeline-rank") == "4"
 
 
+def test_megatron_context_parallel_flag(full: Plan, spec: JobSpec) -> None:
+    """A context-parallel layout (cp > 1) is exported with Megatron's --context-parallel-size."""
+    o = with_strategy(with_model_parallel(full, tp=2, pp=1), vp=1)
+    assert "--context-parallel-size" not in torchrun_args(export(o, spec, "torchrun"))
+    conf = o.configuration
+    st = dataclasses.replace(conf.strategy, cp=2)
+    fit2 = dataclasses.replace(conf.fit, strategy=st)
+    o2 = dataclasses.replace(o, configuration=dataclasses.replace(conf, fit=fit2))
+    assert flag(torchrun_args(export(o2, spec, "torchrun")), "--context-parallel-size") == "2"
+
+
 def test_megatron_with_zero_uses_deepspeed_config(full: Plan, spec: JobSpec) -> None:
     o = with_strategy(with_model_parallel(full, tp=2, pp=1), sharding="zero1")
     parts = sections(export(o, spec, "torchrun"))

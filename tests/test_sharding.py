@@ -244,3 +244,46 @@ def test_megatron_activation_offload_keeps_a_double_buffer(a100: GpuSpec) -> Non
 def test_megatron_settings_are_checked(extra: dict[str, object], needle: str) -> None:
     with pytest.raises(GpuPlanError, match=needle):
         parse_spec({"model": "llama-3-8b", "seq_len": 2048, **extra})
+
+
+def test_context_parallel_splits_the_sequence_and_shares_the_weights(a100: GpuSpec) -> None:
+    """cp ranks hold seq_len / cp tokens each (activations / cp) and share the weights like
+    data-parallel ranks: the distributed optimizer shards over data x context parallel."""
+    base: dict[str, object] = {
+        "model": "llama-3-8b",
+        "seq_len": 8192,
+        "precision": "bf16-mixed",
+        "framework": "megatron",
+        "global_batch_size": 64,
+    }
+
+    def mem(cp: int) -> memory.MemoryEstimate:
+        par = {"sharding": "zero1", "cp": cp}
+        return fit(parse_spec({**base, "parallelism": par}), a100, 8).memory
+
+    one, two = mem(1), mem(2)
+    acts = "activations: saved for backward"
+    assert two.details[acts] == pytest.approx(one.details[acts] / 2, rel=0.01)
+    # 8 ranks share the optimizer either way: 8 data-parallel, or 4 data x 2 context
+    assert two.details["optimizer: state"] == pytest.approx(one.details["optimizer: state"])
+
+
+def test_context_parallel_is_checked() -> None:
+    from gpuplan.estimate.fit import explicit_strategy
+
+    shape = model_shape("llama-3-8b")
+    spec = parse_spec({"model": "llama-3-8b", "seq_len": 8190, "parallelism": {"cp": 2}})
+    with pytest.raises(
+        GpuPlanError, match=r"cp: 2 needs a text model whose seq_len divides by 2 x cp = 4"
+    ):
+        explicit_strategy(spec, 8, shape)
+    spec = parse_spec({"model": "llama-3-8b", "seq_len": 8192, "parallelism": {"tp": 4, "cp": 4}})
+    with pytest.raises(GpuPlanError, match="tp x pp x cp = 16 does not divide the GPU count 8"):
+        explicit_strategy(spec, 8, shape)
+    st = explicit_strategy(
+        parse_spec({"model": "llama-3-8b", "seq_len": 8192, "parallelism": {"tp": 2, "cp": 2}}),
+        8,
+        shape,
+    )
+    assert (st.dp, st.cp, st.gpus, st.replicas) == (2, 2, 8, 4)
+    assert "cp2" in st.label()

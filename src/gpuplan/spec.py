@@ -138,6 +138,15 @@ class ParallelismSpec(_Spec):
         le=128,
         description="Virtual pipeline stages per GPU (interleaved 1F1B); divides the bubble by vp.",
     )
+    cp: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Context-parallel degree (Megatron-Core / Transformer Engine ring "
+        "attention): each rank holds seq_len / cp tokens of every sequence and passes K/V "
+        "around the ring; the cp ranks share the weights like data-parallel ranks. seq_len "
+        "must divide by 2 x cp (load-balanced causal chunks). Not tried by parallelism: auto.",
+    )
 
 
 class WorkSpec(_Spec):

@@ -159,17 +159,24 @@ def explicit_strategy(
     """
     par = spec.parallelism if isinstance(spec.parallelism, ParallelismSpec) else ParallelismSpec()
     check_sharding(spec.framework, par.sharding)
-    if count % (par.tp * par.pp):
-        raise SpecError(
-            f"parallelism: tp x pp = {par.tp * par.pp} does not divide the GPU count {count}"
-        )
+    model_par = par.tp * par.pp * par.cp
+    if count % model_par:
+        what = "tp x pp x cp" if par.cp > 1 else "tp x pp"
+        raise SpecError(f"parallelism: {what} = {model_par} does not divide the GPU count {count}")
+    if par.cp > 1:
+        seq = sequence_length(spec, shape)
+        if not shape.is_text or seq % (2 * par.cp):
+            raise SpecError(
+                f"parallelism.cp: {par.cp} needs a text model whose seq_len divides by 2 x cp "
+                f"= {2 * par.cp} (got {seq if shape.is_text else 'an image model'})"
+            )
     if shape.family != "cnn" and shape.heads % par.tp:
         raise SpecError(
             f"parallelism.tp: {par.tp} does not divide the {shape.heads} attention heads"
         )
     if par.pp > shape.layers:
         raise SpecError(f"parallelism.pp: {par.pp} stages exceed the {shape.layers} layers")
-    dp = count // (par.tp * par.pp)
+    dp = count // model_par
     mb = micro_batch or spec.micro_batch_size
     ga = grad_accum_for(spec.global_batch_size, mb, dp)
     if ga is None:
@@ -186,6 +193,7 @@ def explicit_strategy(
         tp=par.tp,
         pp=par.pp,
         vp=par.vp if par.pp > 1 else 1,
+        cp=par.cp,
         dp=dp,
         micro_batch_size=mb,
         grad_accum=ga,

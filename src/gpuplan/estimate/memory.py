@@ -221,7 +221,7 @@ def layout_for(job: MemoryJob, st: Strategy) -> StateLayout:
         st.sharding,
         PRECISIONS[job.precision],
         ranks=st.shard_degree,
-        dp=st.dp,
+        dp=st.replicas,
         megatron=job.megatron,
     )
 
@@ -500,7 +500,7 @@ def _transformer_activations(
         and (fw.upcast_unchunked_logits or (fw.upcast_in_loss and not job.compiled)),
     )
     seq = shape.fixed_tokens or job.seq_len
-    tokens = st.micro_batch_size * seq
+    tokens = st.micro_batch_size * seq // st.cp  # context parallelism: seq_len / cp per rank
     layers = math.ceil(shape.layers / st.pp)
     off = min(job.activation_offload_layers, layers)
     # Megatron's CPU offloading keeps two layers on the GPU as its double buffer
@@ -589,7 +589,7 @@ def runtime_bytes(
 ) -> RuntimeBytes:
     """Step 4: cuBLAS workspaces, allocator reserve, CUDA context, NCCL buffers."""
     cublas = ovh.cublas_workspace_bytes(gpu)
-    comms = sum(1 for deg in (st.dp, st.tp, st.pp) if deg > 1)
+    comms = sum(1 for deg in (st.dp, st.tp, st.pp, st.cp) if deg > 1)
     return RuntimeBytes(
         cublas=cublas,
         reserve=ovh.allocator_reserve_bytes(allocated_model + cublas),

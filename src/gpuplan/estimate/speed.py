@@ -155,7 +155,9 @@ def estimate_time(
         trainable_stage = (
             adapter_params_per_layer(shape, job.lora_roles, job.lora_rank) * layers_stage / st.tp
         )
-    opt_params = trainable_stage / (st.shard_degree if st.sharding != "none" and st.dp > 1 else 1)
+    opt_params = trainable_stage / (
+        st.shard_degree if st.sharding != "none" and st.replicas > 1 else 1
+    )
     opt_bytes = _optimizer_bytes_per_param(job.optimizer, job.precision, full)
     attn = ""
     cudnn = cudnn_attention(job, gpu)
@@ -203,7 +205,9 @@ def estimate_time(
             shape,
             gpu,
             st,
-            seq=seq,
+            # context parallelism: each rank computes seq / cp queries against the whole
+            # context (load-balanced causal chunks)
+            seq=max(1, seq // st.cp),
             attention_seq=attn_seq,
             dtype=dtype,
             act_bytes=pb.act,
@@ -236,12 +240,13 @@ def estimate_time(
     intra = comm.intra_link(gpu, topo, eff_all)
     inter = comm.inter_link(topo, eff_all)
     gpn = topo.gpus_per_node
-    dp_per_node = max(1, gpn // (st.tp * st.pp))
+    dp_per_node = max(1, gpn // (st.tp * st.pp))  # ranks of the data x context group per node
     grad_bytes = trainable_stage * (pb.grad if full else 4)
     param_bytes = trainable_stage * max(pb.compute_copy, pb.param if not pb.compute_copy else 0)
     ov = eff_all.overlap
     dp_total = dp_exposed = 0.0
-    if st.dp > 1:
+    replicas = st.replicas
+    if replicas > 1:
         if st.sharding in ("zero3", "fsdp", "hsdp"):
             stage_params = (layers_stage * shape.params_per_layer + shape.params_embedding) / st.tp
             gather_bytes = stage_params * (pb.compute_copy or pb.param if full else 2)
@@ -250,21 +255,21 @@ def estimate_time(
                 "all-gather", gather_bytes, shard, dp_per_node, intra, inter
             ) + comm.collective_time("reduce-scatter", grad_bytes, shard, dp_per_node, intra, inter)
             dp_total = m * per_micro
-            if shard < st.dp:  # hsdp: the sharded gradients are all-reduced across the replicas
+            if shard < replicas:  # hsdp: the sharded gradients are all-reduced across replicas
                 dp_total += comm.collective_time(
-                    "all-reduce", grad_bytes / shard, st.dp // shard, 1, intra, inter
+                    "all-reduce", grad_bytes / shard, replicas // shard, 1, intra, inter
                 )
             dp_exposed = max(dp_total - ov["fsdp"] * compute, (1 - ov["fsdp"]) * dp_total)
         else:
             if st.sharding == "none":
                 total = comm.collective_time(
-                    "all-reduce", grad_bytes, st.dp, dp_per_node, intra, inter
+                    "all-reduce", grad_bytes, replicas, dp_per_node, intra, inter
                 )
             else:
                 total = comm.collective_time(
-                    "reduce-scatter", grad_bytes, st.dp, dp_per_node, intra, inter
+                    "reduce-scatter", grad_bytes, replicas, dp_per_node, intra, inter
                 ) + comm.collective_time(
-                    "all-gather", param_bytes or grad_bytes, st.dp, dp_per_node, intra, inter
+                    "all-gather", param_bytes or grad_bytes, replicas, dp_per_node, intra, inter
                 )
             dp_total = total
             backward_last = micro * 2 / 3
@@ -285,8 +290,18 @@ def estimate_time(
         act_pp = st.micro_batch_size * seq * shape.hidden * pb.act / st.tp
         hop = inter if (inter is not None and st.tp * st.pp > gpn) else intra
         pp_total = 2 * m * st.vp * comm.p2p_time(act_pp, hop) * (1 - ov["pipeline_p2p"])
-    exposed = dp_exposed + tp_total * (1 - ov["tensor_parallel"]) + pp_total
-    comm_total = dp_total + tp_total + pp_total
+    cp_total = cp_exposed = 0.0
+    if st.cp > 1 and shape.family != "cnn":
+        # ring attention (Transformer Engine): each layer passes every rank's K/V chunk around
+        # the cp ranks in forward, and K/V plus their gradients in backward; each hop is sent
+        # while the previous chunk's attention runs, so only what exceeds attention is exposed
+        kv = st.micro_batch_size * (seq // st.cp) * 2 * shape.kv_heads * shape.head_dim / st.tp
+        hop = inter if (inter is not None and st.tp * st.cp > gpn) else intra
+        per_layer = 3 * (st.cp - 1) * comm.p2p_time(kv * pb.act, hop)
+        cp_total = m * layers_stage * per_layer
+        cp_exposed = max(0.0, cp_total - m * ct.parts.get("attention", 0.0) / virt)
+    exposed = dp_exposed + tp_total * (1 - ov["tensor_parallel"]) + pp_total + cp_exposed
+    comm_total = dp_total + tp_total + pp_total + cp_total
     step = (compute + bubble + exposed + optimizer_s) * (1 + eff.step_overhead)
 
     global_samples = st.micro_batch_size * m * st.dp
@@ -295,7 +310,7 @@ def estimate_time(
     gpus = st.gpus
     # model FLOPs of the whole step: per-GPU stage FLOPs x TP ranks x stages x DP ranks
     model_flops_step = (
-        ct.model_flops_per_micro_batch * m * st.dp * st.tp * (shape.layers / layers_stage)
+        ct.model_flops_per_micro_batch * m * st.dp * st.cp * st.tp * (shape.layers / layers_stage)
     )
     peak = peak_flops(gpu, dtype)
     mfu = model_flops_step / (step * gpus * peak)
@@ -308,6 +323,7 @@ def estimate_time(
         "dp comm exposed": dp_exposed,
         "tp comm exposed": tp_total * (1 - ov["tensor_parallel"]),
         "pp p2p exposed": pp_total,
+        "cp ring exposed": cp_exposed,
         "overhead (unmodelled)": step - step / (1 + eff.step_overhead),
     }
     assumptions += [

@@ -12,8 +12,10 @@ SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
 class Strategy:
     """One layout: sharding stage, tensor/pipeline/data parallel degrees, micro-batch.
 
-    ``dp * tp * pp`` is the GPU count. ``grad_accum`` micro-batches make one
-    optimizer step on each data-parallel rank.
+    ``dp * tp * pp * cp`` is the GPU count. ``grad_accum`` micro-batches make one
+    optimizer step on each data-parallel rank. Context parallelism (``cp``) splits every
+    sequence over ``cp`` ranks that share the weights like data-parallel ranks (Megatron-Core
+    reduces gradients and shards the distributed optimizer over data x context parallel).
     """
 
     sharding: str = "none"
@@ -22,6 +24,8 @@ class Strategy:
     dp: int = 1
     vp: int = 1
     """Virtual pipeline stages per GPU (interleaved schedule)."""
+    cp: int = 1
+    """Context-parallel degree: each rank holds seq_len / cp tokens of every sequence."""
     micro_batch_size: int = 1
     grad_accum: int = 1
     activation_checkpointing: str = "none"
@@ -31,14 +35,20 @@ class Strategy:
     data-parallel ranks within one node)."""
 
     @property
+    def replicas(self) -> int:
+        """Ranks holding the same weights: data x context parallel (gradients are reduced,
+        and sharded state split, over them)."""
+        return self.dp * self.cp
+
+    @property
     def shard_degree(self) -> int:
-        """Data-parallel ranks that share one copy of the sharded state."""
-        return min(self.dp, self.shard_ranks) if self.shard_ranks else self.dp
+        """Data(-and-context)-parallel ranks that share one copy of the sharded state."""
+        return min(self.replicas, self.shard_ranks) if self.shard_ranks else self.replicas
 
     @property
     def gpus(self) -> int:
         """GPUs used."""
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.cp * self.dp
 
     def as_contract(self) -> dict[str, object]:
         """The ``strategy`` object of ``gpuplan estimate --json`` (contract keys first)."""
@@ -52,6 +62,7 @@ class Strategy:
             "vp": self.vp,
             "grad_accum": self.grad_accum,
             "offload": self.offload,
+            "cp": self.cp,
         }
 
     def label(self) -> str:
@@ -59,6 +70,7 @@ class Strategy:
         parts = [self.sharding]
         parts += [f"tp{self.tp}"] if self.tp > 1 else []
         parts += [f"pp{self.pp}" + (f"v{self.vp}" if self.vp > 1 else "")] if self.pp > 1 else []
+        parts += [f"cp{self.cp}"] if self.cp > 1 else []
         parts += [f"dp{self.dp}", f"mb{self.micro_batch_size}"]
         if self.grad_accum > 1:
             parts.append(f"ga{self.grad_accum}")

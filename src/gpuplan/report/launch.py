@@ -179,6 +179,8 @@ def _megatron_args(st: Strategy, prec: str) -> tuple[str, ...]:
     ]
     if st.pp > 1 and st.vp > 1:  # interleaved 1F1B: the bubble the estimate assumed
         args += ["--num-virtual-stages-per-pipeline-rank", str(st.vp)]
+    if st.cp > 1:
+        args += ["--context-parallel-size", str(st.cp)]
     args += [
         "--micro-batch-size",
         str(st.micro_batch_size),
