@@ -132,8 +132,12 @@ def _linear_inputs(
     where: str,
     *,
     fp32_input: bool = False,
+    input_counted: bool = False,
 ) -> list[Item]:
     """Input saved once for the linears sharing it, plus LoRA dropout copies.
+
+    ``input_counted``: the input is a view of a tensor already kept (flash-attn's output
+    read by the out-projection), so only the adapters' tensors are added.
 
     Under autocast an fp32 input (a norm output on the fp32 residual stream) is
     cast separately by each linear that reads it, and each keeps its own copy.
@@ -142,7 +146,7 @@ def _linear_inputs(
     a = num.act_bytes
     items = []
     saving = [r for r in roles if tr.saves_input(r)]
-    if saving:
+    if saving and not input_counted:
         fused = num.compiled or num.fused_kernels
         cast = num.autocast and fp32_input and not num.residual_16bit
         copies = len(saving) if (cast and not fused) else 1
@@ -231,16 +235,14 @@ def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool
                 )
             )
     o_roles = ("o",)
-    if fused and num.attention_output_shared:
-        # the out-projection's input is a view of the attention output already counted;
-        # only LoRA adapters on it add tensors
-        items += [
-            i
-            for i in _linear_inputs(o_roles, width_q, num, tr, "attn out-proj")
-            if "LoRA" in i.name
-        ]
-    else:
-        items += _linear_inputs(o_roles, width_q, num, tr, "attn out-proj")
+    items += _linear_inputs(
+        o_roles,
+        width_q,
+        num,
+        tr,
+        "attn out-proj",
+        input_counted=fused and num.attention_output_shared,
+    )
     if shape.hidden_dropout > 0:
         items.append(Item(name="attn residual dropout mask", bytes_per_token=h))
     return items
