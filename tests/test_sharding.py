@@ -208,6 +208,28 @@ def test_megatron_options_change_the_bytes_per_parameter(
     assert lay.compute_copy_bytes == (0 if opts.get("fp8_params") else 1)
 
 
+def test_nemo_param_remainders_keep_two_bytes_of_each_main_parameter() -> None:
+    """Apex DistributedFusedAdam(store_param_remainders=True), as NeMo 1.x sets it for a bf16
+    model: the shard holds fp32 moments and the 16 bits the bf16 parameter lacks, 10 bytes
+    per parameter instead of 12."""
+    from gpuplan.estimate.sharding import MegatronOptions
+
+    def opt_bytes(**opts: bool) -> float:
+        lay = state_layout(
+            "megatron",
+            "zero1",
+            PRECISIONS["bf16-mixed"],
+            ranks=4,
+            dp=4,
+            megatron=MegatronOptions(**opts),
+        )
+        assert lay.optimizer_ranks == 4
+        return lay.master_bytes + 2 * lay.state_bytes
+
+    assert opt_bytes() == 12
+    assert opt_bytes(param_remainders=True) == 10
+
+
 def test_megatron_activation_offload_keeps_a_double_buffer(a100: GpuSpec) -> None:
     base = {
         "model": "llama-3-8b",
@@ -239,6 +261,21 @@ def test_megatron_activation_offload_keeps_a_double_buffer(a100: GpuSpec) -> Non
             "megatron.fp8_params: needs precision fp8-mixed",
         ),
         ({"framework": "megatron", "megatron": {"optimizer_dtype": "fp16"}}, "optimizer_dtype"),
+        (
+            {
+                "framework": "megatron",
+                "megatron": {"param_remainders": True, "optimizer_dtype": "bf16"},
+            },
+            "megatron.param_remainders: needs optimizer_dtype fp32",
+        ),
+        (
+            {
+                "framework": "megatron",
+                "precision": "fp16-mixed",
+                "megatron": {"param_remainders": True},
+            },
+            "megatron.param_remainders: needs bf16 parameters",
+        ),
     ],
 )
 def test_megatron_settings_are_checked(extra: dict[str, object], needle: str) -> None:

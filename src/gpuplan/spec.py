@@ -106,6 +106,14 @@ class MegatronSpec(_Spec):
         description="Main parameters and Adam moments: fp32, or bf16 (Apex "
         "DistributedFusedAdam with `dtype: bf16`, as NeMo's SFT recipes set).",
     )
+    param_remainders: bool = Field(
+        default=False,
+        description="The main parameters are kept as the 16 bits a bf16 parameter lacks "
+        "(Apex DistributedFusedAdam `store_param_remainders`, which NeMo 1.x's "
+        "`distributed_fused_adam` sets for bf16 models with an fp32 optimizer): 2 bytes per "
+        "parameter in the optimizer shard instead of 4. Needs optimizer_dtype fp32 and 16-bit "
+        "parameters (not fp8_params).",
+    )
     activation_offload_layers: int = Field(
         default=0,
         ge=0,
@@ -306,8 +314,8 @@ class JobSpec(_Spec):
     megatron: MegatronSpec | None = Field(
         default=None,
         description="framework megatron only: {fp8_params, grad_reduce_in_fp32, "
-        "optimizer_dtype, activation_offload_layers}, the Megatron-Core settings that change "
-        "what each rank keeps.",
+        "optimizer_dtype, param_remainders, activation_offload_layers}, the Megatron-Core "
+        "and NeMo settings that change what each rank keeps.",
     )
     loss_chunks: int | None = Field(
         default=None,
@@ -370,6 +378,17 @@ class JobSpec(_Spec):
             raise ValueError(
                 f"megatron.fp8_params: needs precision fp8-mixed, not {self.precision}"
             )
+        if self.megatron is not None and self.megatron.param_remainders:
+            if self.megatron.optimizer_dtype != "fp32" or self.megatron.fp8_params:
+                raise ValueError(
+                    "megatron.param_remainders: needs optimizer_dtype fp32 and 16-bit "
+                    "parameters (fp8_params false)"
+                )
+            if self.precision not in ("bf16-mixed", "fp8-mixed"):
+                raise ValueError(
+                    "megatron.param_remainders: needs bf16 parameters (precision bf16-mixed "
+                    f"or fp8-mixed), not {self.precision}"
+                )
         if (self.mean_seq_len is not None or self.packing) and self.seq_len is None:
             raise ValueError(
                 "mean_seq_len and packing describe text data: give seq_len (the longest sample, "

@@ -121,6 +121,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
             fp8_params=spec.megatron.fp8_params,
             grad_reduce_in_fp32=spec.megatron.grad_reduce_in_fp32,
             optimizer_bf16=spec.megatron.optimizer_dtype == "bf16",
+            param_remainders=spec.megatron.param_remainders,
         ),
         activation_offload_layers=0
         if spec.megatron is None

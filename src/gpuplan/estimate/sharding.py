@@ -60,6 +60,10 @@ moments in the optimizer.
   layers gathered (``megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py``,
   double buffer).
 * ``hsdp``: Megatron-FSDP hybrid (outer data-parallel replicas across nodes).
+* NeMo 1.x ``distributed_fused_adam`` (Apex ``DistributedFusedAdam``, spec
+  ``megatron.param_remainders``): a bf16 model with an fp32 optimizer keeps only the 16 bits
+  each main parameter has beyond its bf16 copy (``store_param_remainders``), so ``zero1`` is
+  2 + 4 + 10/N.
 
 **torchtitan** (FSDP2 ``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16,
 reduce_dtype=fp32)``, ``torchtitan/distributed/fsdp.py::apply_fsdp_to_decoder``): fp32
@@ -167,6 +171,12 @@ class MegatronOptions:
     """``DistributedDataParallelConfig.grad_reduce_in_fp32``: the ``main_grad`` buffer dtype."""
     optimizer_bf16: bool = False
     """Main parameters and moments in bf16 (Apex ``DistributedFusedAdam(dtype=bf16)``)."""
+    param_remainders: bool = False
+    """fp32 main parameters stored as the low 16 bits the bf16 parameter lacks: Apex
+    ``DistributedFusedAdam(store_param_remainders=True)`` (``apex/contrib/optimizers/
+    distributed_fused_adam.py``), which NeMo 1.x's ``MegatronBaseModel.setup_optimization``
+    (``nemo/collections/nlp/models/language_modeling/megatron_base_model.py``) sets for
+    ``distributed_fused_adam`` when the model is bf16 and the optimizer dtype fp32."""
 
 
 def state_layout(
@@ -292,6 +302,7 @@ def _megatron(
     param_bytes = 1 if fp8_params else 2
     grad_bytes = 4 if opts.grad_reduce_in_fp32 else 2
     state_bytes = 2 if opts.optimizer_bf16 else 4
+    master_bytes = 2 if opts.param_remainders else state_bytes
     return StateLayout(
         engine="megatron",
         sharding=sharding,
@@ -300,7 +311,7 @@ def _megatron(
         grad_bytes=grad_bytes,
         grad_ranks=g_ranks,
         optimizer_ranks=o_ranks,
-        master_bytes=state_bytes,
+        master_bytes=master_bytes,
         state_bytes=state_bytes,
         compute_copy_bytes=1 if pb.compute_copy == 1 and not fp8_params else 0,
         gather_bytes=param_bytes if gathered else 0,
@@ -309,7 +320,11 @@ def _megatron(
         notes=(
             f"Megatron {label}: {'fp8' if fp8_params else 'bf16'} parameters, "
             f"{'fp32' if opts.grad_reduce_in_fp32 else 'bf16'} main gradients, "
-            f"{'bf16' if opts.optimizer_bf16 else 'fp32'} main parameters and Adam moments"
+            + (
+                "fp32 Adam moments and 16-bit main-parameter remainders"
+                if opts.param_remainders
+                else f"{'bf16' if opts.optimizer_bf16 else 'fp32'} main parameters and Adam moments"
+            )
             + (" sharded" if sharding != "none" else ""),
         ),
     )
