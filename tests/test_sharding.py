@@ -230,6 +230,31 @@ def test_nemo_param_remainders_keep_two_bytes_of_each_main_parameter() -> None:
     assert opt_bytes(param_remainders=True) == 10
 
 
+def test_pipeline_checkpointing_rebuilds_one_layer_not_one_per_micro_batch(a100: GpuSpec) -> None:
+    """Under a pipeline schedule each in-flight micro-batch keeps its checkpoints, and the one
+    layer a checkpointed backward rebuilds exists once (one backward runs at a time): another
+    micro-batch in flight adds its checkpoints only."""
+
+    def saved(ckpt: str, global_batch: int) -> float:
+        spec = {
+            "model": "llama-3-8b",
+            "seq_len": 4096,
+            "precision": "bf16-mixed",
+            "framework": "megatron",
+            "activation_checkpointing": ckpt,
+            "global_batch_size": global_batch,
+            "parallelism": {"sharding": "zero1", "tp": 1, "pp": 4},
+        }
+        return fit(parse_spec(spec), a100, 8).memory.details["activations: saved for backward"]
+
+    # 8 GPUs at pp 4: dp 2, so global batch 2 is one micro-batch in flight and 4 is two
+    one_layer = (saved("none", 4) - saved("none", 2)) / 8  # 8 layers a stage
+    added = saved("full", 4) - saved("full", 2)
+    # the checkpoints are the 8 layers' bf16 inputs (hidden 4096), less than one whole layer
+    assert added == pytest.approx(8 * 4096 * 4096 * 2, rel=0.01)
+    assert added < one_layer
+
+
 def test_megatron_activation_offload_keeps_a_double_buffer(a100: GpuSpec) -> None:
     base = {
         "model": "llama-3-8b",

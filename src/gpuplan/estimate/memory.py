@@ -16,7 +16,8 @@ activations), as the PyTorch memory-visualisation guide observes
 (huggingface/blog#2560). What each engine keeps per parameter under each
 sharding value is :mod:`gpuplan.estimate.sharding`; tensor parallelism (with
 sequence parallelism) divides weights and activations; the first pipeline
-stage keeps ``min(pp, micro-batches)`` micro-batches in flight (1F1B). Totals
+stage keeps ``min(pp, micro-batches)`` micro-batches in flight (1F1B), each with its
+checkpoints, and under activation checkpointing one layer rebuilt for backward. Totals
 are reported three ways, as measurements are: ``peak_allocated_bytes``
 (``torch.cuda.max_memory_allocated``), ``peak_reserved_bytes`` (caching
 allocator) and ``device_used_bytes`` (nvidia-smi: reserved + CUDA context +
@@ -507,12 +508,17 @@ def _transformer_activations(
     layers = max(0, layers - off) + min(2, off) if off else layers
     items = list(layer_items_cached(shape, num, tr, seq, job.fused_attention))
     per_layer = sum(i.bytes_per_token for i in items) / st.tp
+    # ``act_tok``: what each in-flight micro-batch keeps; ``recomputed_tok``: the one layer a
+    # checkpointed backward rebuilds. Pipeline schedules run one micro-batch's backward at a
+    # time (Megatron ``forward_backward_pipelining_*``), so the rebuilt layer exists once while
+    # every in-flight micro-batch holds its checkpoints.
+    recomputed_tok = 0.0
     if st.activation_checkpointing == "full":
         kept = sum(i.bytes_per_token for i in boundary_items(shape, num)) / st.tp
-        act_tok = layers * kept + per_layer  # one layer recomputed at a time in backward
+        act_tok, recomputed_tok = layers * kept, per_layer
     elif st.activation_checkpointing == "selective-op":
         kept = sum(i.bytes_per_token for i in op_sac_items(shape, num)) / st.tp
-        act_tok = layers * kept + per_layer  # one layer recomputed at a time in backward
+        act_tok, recomputed_tok = layers * kept, per_layer
     elif st.activation_checkpointing == "selective":
         core = (
             sum(
@@ -523,11 +529,11 @@ def _transformer_activations(
             )
             / st.tp
         )
-        act_tok = layers * (per_layer - core) + core
+        act_tok, recomputed_tok = layers * (per_layer - core), core
     else:
         act_tok = layers * per_layer
     in_flight = min(st.pp, st.grad_accum) if st.pp > 1 else 1
-    saved = act_tok * tokens * in_flight
+    saved = (act_tok * in_flight + recomputed_tok) * tokens
     if job.bnb_keeps_inputs and fw.keeps_previous_graph:
         saved += previous_step_inputs(shape, st, act_bytes, fw.qlora_quantizes_head) * tokens
     saved += sum(i.bytes_per_token for i in head_items_cached(shape, num, tr)) / st.tp * tokens
