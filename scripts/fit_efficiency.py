@@ -172,7 +172,13 @@ script on the same table writes the same values; also each parameter's unfitted 
 leave-one-source-out folds (gemm_fp32: efficiency.yaml's stated prior for plain fp32)."""
 START_TP_OVERLAP = 0.85
 FIXED: frozenset[str] = frozenset(
-    {"Hopper.gemm", "Blackwell.gemm_fp8", "Blackwell.attention_cudnn"}
+    {
+        "Hopper.gemm",
+        "Blackwell.gemm_fp8",
+        "Blackwell.attention_cudnn",
+        "Ada Lovelace.gemm",
+        "overlap.tensor_parallel",
+    }
 )
 """Parameters not fitted, kept at their prior (``START``), because fitting them raised the
 leave-one-source-out error of their rows, checked by re-fitting every fold with them held
@@ -215,7 +221,7 @@ def fit(
                 key = "attention_cudnn" if "attention: cudnn" in row["spec"] else "attention"
                 groups[(arch, key)].append(row)
     fix_tp = "overlap.tensor_parallel" in FIXED
-    tp_start = base.overlap["tensor_parallel"] if fix_tp else START_TP_OVERLAP
+    tp_start = START_TP_OVERLAP  # held constants stay at their stated prior
     effs = dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": tp_start})
     for arch in CUDNN_OVER_FLASH2:
         groups.pop((arch, "attention_cudnn"), None)

@@ -96,6 +96,37 @@ def test_megatron_distributed_optimizer_keeps_fp32_grads_whole(a100: GpuSpec) ->
     assert m.details["optimizer: state"] == pytest.approx(params * 12 / 64)
 
 
+def test_apex_amp_o2_keeps_fp16_weights_and_an_fp32_master(a100: GpuSpec) -> None:
+    """Apex amp O2 (DeepLearningExamples): fp16 model weights and gradients, fp32 master
+    weights and moments, and no autocast, so the softmax probabilities are stored in fp16."""
+    base = {
+        "model": "bert-large",
+        "seq_len": 384,
+        "precision": "fp16-mixed",
+        "micro_batch_size": 8,
+        "attention": "eager",
+    }
+    apex = fit(parse_spec({**base, "framework": "apex"}), a100, 1).memory
+    amp = fit(parse_spec(base), a100, 1).memory
+    params = model_shape("bert-large").params_total
+    assert apex.details["weights: parameters"] == pytest.approx(params * 2, rel=0.01)
+    assert apex.details["gradients"] == pytest.approx(params * 2, rel=0.01)
+    assert apex.details["optimizer: state"] == pytest.approx(params * 12, rel=0.01)
+    softmax = {i.name: i.bytes_per_token for i in apex.activation_items}
+    softmax_amp = {i.name: i.bytes_per_token for i in amp.activation_items}
+    key = "attn softmax output (s^2)"
+    assert softmax[key] * 2 == softmax_amp[key]  # fp16 against autocast's fp32 softmax
+    assert (
+        apex.details["activations: saved for backward"]
+        < amp.details["activations: saved for backward"]
+    )
+
+
+def test_apex_is_data_parallel_only(a100: GpuSpec) -> None:
+    with pytest.raises(GpuPlanError, match="apex has no zero1"):
+        fit(_full("apex", "zero1", precision="fp16-mixed"), a100, 8)
+
+
 def test_torchtitan_has_no_zero1(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "s.yaml"
     path.write_text(

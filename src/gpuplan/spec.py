@@ -40,7 +40,7 @@ Checkpointing = Literal["none", "selective", "selective-op", "full"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
 Framework = Literal[
-    "hf", "torchtune", "litgpt", "deepspeed", "megatron", "torchtitan", "llmfoundry"
+    "hf", "torchtune", "litgpt", "deepspeed", "megatron", "torchtitan", "llmfoundry", "apex"
 ]
 
 #: The hardware dtype each precision mode computes its matmuls in.
@@ -300,8 +300,10 @@ class JobSpec(_Spec):
         "Megatron-Bridge: distributed optimizer, Transformer Engine kernels, fp32 main grads) "
         "torchtitan (FSDP2: fp32 sharded params gathered in bf16) or llmfoundry (MosaicML "
         "llm-foundry: FSDP with 16-bit compute params, low-precision LayerNorm, flash-attn's "
-        "fused cross-entropy). It decides what each `parallelism.sharding` value keeps per "
-        "parameter.",
+        "fused cross-entropy) or apex (NVIDIA Apex amp O2, as NVIDIA's DeepLearningExamples "
+        "run it: fp16 model weights and gradients, fp32 master weights and Adam moments in the "
+        "optimizer, no autocast; sharding none only). It decides what each "
+        "`parallelism.sharding` value keeps per parameter.",
     )
     compile: bool = Field(
         default=False, description="torch.compile: pointwise intermediates are recomputed."

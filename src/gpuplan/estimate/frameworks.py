@@ -59,6 +59,15 @@ The engines (what a framework keeps per parameter under each sharding value is i
   (``megatron/core/tensor_parallel/cross_entropy.py``) upcasts the logits to fp32 and keeps
   the fp32 softmax for backward (the 16-bit logits are not kept). Its optimizers are fused
   (TE/Apex ``FusedAdam``).
+* ``apex``: NVIDIA Apex automatic mixed precision at opt level O2, as NVIDIA's
+  DeepLearningExamples BERT scripts run it (``amp.initialize(model, optimizer,
+  opt_level="O2")``, their logs print "Selected optimization level O2: FP16 training with
+  FP32 batchnorm and FP32 master weights"): the model is cast to fp16 (no autocast, so
+  softmax and dropout outputs are fp16), the optimizer holds fp32 master weights and
+  gradients (``apex/amp/_process_optimizer.py``), and the optimizer is Apex ``FusedAdam``.
+  Per parameter that is DeepSpeed's unsharded fp16 layout (2 + 2 + 12 and an fp32 gradient
+  in the step). Their BERT fuses bias and GELU in a TorchScript function that saves its input
+  only. Data parallel only (``sharding: none``).
 * ``torchtitan``: its own Llama code; ``cross_entropy_loss``
   (``torchtitan/components/loss.py``) upcasts the whole logits tensor (``pred.float()``) and
   the trainer deletes the 16-bit ``pred`` before backward; ``optimizer.implementation``
@@ -100,7 +109,7 @@ class Framework:
     the next forward returns; tensors stored as autograd-context attributes live on."""
     engine: str = "pytorch"
     """Whose sharding semantics apply: pytorch (DDP/FSDP/ZeroRedundancyOptimizer under
-    autocast), deepspeed, megatron or torchtitan (see :mod:`gpuplan.estimate.sharding`)."""
+    autocast), deepspeed, megatron, torchtitan or apex (see :mod:`gpuplan.estimate.sharding`)."""
     fp32_adapters: bool = False
     """PEFT keeps LoRA adapters in fp32 (``autocast_adapter_dtype=True``, its default)."""
     fused_kernels: bool = False
@@ -159,6 +168,14 @@ FRAMEWORKS: dict[str, Framework] = {
         engine="megatron",
         fused_kernels=True,
         te_fp8_linears=True,
+    ),
+    "apex": Framework(
+        name="apex",
+        python_gelu=False,
+        loss_chunks=1,
+        default_optimizer_impl="fused",
+        engine="apex",
+        shardings=("none",),
     ),
     "llmfoundry": Framework(
         name="llmfoundry",

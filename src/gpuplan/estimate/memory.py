@@ -228,7 +228,7 @@ def layout_for(job: MemoryJob, st: Strategy) -> StateLayout:
 
 
 def _engine_16bit(lay: StateLayout) -> bool:
-    return lay.engine in ("deepspeed", "megatron") and lay.param_bytes == 2
+    return lay.engine in ("deepspeed", "megatron", "apex") and lay.param_bytes == 2
 
 
 def trained(

@@ -202,6 +202,16 @@ def state_layout(
     sixteen = _sixteen_bit(pb)
     if engine == "deepspeed" and sixteen:
         return _deepspeed(sharding, pb, n, p_ranks, g_ranks, o_ranks)
+    if engine == "apex" and sixteen:
+        # amp O2 keeps what DeepSpeed's unsharded fp16 engine keeps (frameworks.py: apex)
+        return dataclasses.replace(
+            _deepspeed(sharding, pb, n, p_ranks, g_ranks, o_ranks),
+            engine="apex",
+            notes=(
+                "Apex amp O2: fp16 parameters and gradients, fp32 master weights, their "
+                "gradients and Adam moments in the optimizer",
+            ),
+        )
     if engine == "megatron" and sixteen:
         return _megatron(sharding, pb, p_ranks, g_ranks, o_ranks, megatron or MegatronOptions())
     if engine == "torchtitan" and sharding != "none" and pb.compute_copy:
