@@ -319,3 +319,33 @@ def test_carried_efficiencies_follow_their_fitted_sources() -> None:
     assert a["Blackwell"].gemm == a["Hopper"].gemm
     assert a["Hopper"].attention_cudnn == round(2.0 * a["Hopper"].attention, 2)
     assert a["Blackwell"].attention == round(a["Blackwell"].attention_cudnn / 2.0, 2)
+
+
+def test_cnn_kernels_price_eager_passes_and_nchw_transposes(cat) -> None:  # type: ignore[no-untyped-def]
+    """PyTorch's eager ResNet pays separate batch-norm/ReLU/add passes and, in NCHW, cuDNN's
+    transposes around tensor-core convolutions; fused NHWC kernels pay neither. The
+    convolutions themselves cost the same in all three."""
+    gpu = cat.gpu("A100-80GB")
+
+    def parts(kernels: str, precision: str = "fp16-mixed") -> dict[str, float]:
+        spec = parse_spec(
+            {
+                "model": "resnet-50",
+                "precision": precision,
+                "optimizer": "sgd-momentum",
+                "micro_batch_size": 256,
+                "image_size": 224,
+                "cnn_kernels": kernels,
+            }
+        )
+        t = configure(spec, gpu, 1, default_topology(gpu, 1)).time
+        return {**t.parts, "step_time_s": t.step_time_s}
+
+    eager, last, fused = parts("eager"), parts("channels-last"), parts("fused")
+    assert eager["convolutions"] == pytest.approx(fused["convolutions"], rel=0.01)
+    assert "NCHW transposes" in eager and "NCHW transposes" not in last
+    # batch norm 8 passes, ReLU 5, add 6 against 4 each when fused: more than 1.5x
+    assert last["elementwise"] > 1.5 * fused["elementwise"]
+    assert eager["step_time_s"] > last["step_time_s"] > fused["step_time_s"]
+    # plain fp32 (no tensor cores) convolutions read NCHW directly
+    assert "NCHW transposes" not in parts("eager", "fp32")

@@ -284,6 +284,15 @@ class JobSpec(_Spec):
     image_size: int | None = Field(
         default=None, ge=8, le=8192, description="Image side in pixels (vision)."
     )
+    cnn_kernels: Literal["eager", "channels-last", "fused"] = Field(
+        default="eager",
+        description="How a CNN's kernels run (CNN models only). eager: PyTorch's default, "
+        "NCHW tensors with batch norm, ReLU and residual adds as separate kernels, and cuDNN "
+        "transposing NCHW to NHWC around each tensor-core convolution (16-bit and TF32); "
+        "channels-last: the same kernels on NHWC tensors (`memory_format=torch.channels_last`), "
+        "no transposes; fused: NHWC with batch norm, ReLU and adds fused into the convolutions "
+        "(NVIDIA's MLPerf ResNet with cuDNN fusions, or a fusing compiler).",
+    )
     activation_checkpointing: Checkpointing = Field(
         default="none",
         description="Recompute in backward: selective (Megatron: the attention core), "

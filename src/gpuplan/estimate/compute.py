@@ -206,6 +206,30 @@ def transformer_step(
     )
 
 
+EAGER_PASSES = {"batchnorm": 8, "relu": 5, "add": 6}
+"""Passes over a layer's output (reads plus writes) that PyTorch's eager kernels make in one
+training step. Batch norm (cuDNN training kernels): forward reads x for the statistics, reads it
+again and writes y (3); backward reads x and dy for the reductions, then x and dy again and writes
+dx (5). In-place ReLU: read and write (2); ``threshold_backward`` reads y and dy, writes dx (3).
+Residual add: reads two, writes one (3); in backward the two branches' gradients are summed at the
+block input (3). Other layers (pooling) and fused kernels: 4, the saved output written and read in
+forward and read again in backward."""
+FUSED_PASSES = 4
+NCHW_TRANSPOSE_PASSES = 6
+"""cuDNN's tensor-core convolutions run in NHWC; on NCHW tensors each of a convolution's three
+calls (forward, data gradient, weight gradient) transposes its two activation operands in and
+out (a read and a write each): 6 x (input + output) elements (NVIDIA Deep Learning Performance
+Guide, "Convolutional Layers User's Guide": tensor-core kernels need NHWC, NCHW is transposed
+at a cost; PyTorch's channels_last tutorial)."""
+CNN_KERNELS = {
+    "eager": "CNN kernels: PyTorch eager in NCHW (batch norm, ReLU, adds as separate kernels; "
+    "cuDNN transposes around each tensor-core convolution)",
+    "channels-last": "CNN kernels: PyTorch eager in channels-last (separate batch norm, ReLU "
+    "and add kernels, no transposes)",
+    "fused": "CNN kernels: NHWC with batch norm, ReLU and adds fused into the convolutions",
+}
+
+
 def cnn_step(
     shape: Shape,
     gpu: GpuSpec,
@@ -217,36 +241,50 @@ def cnn_step(
     image_scale: float,
     trainable_params_per_gpu: float,
     optimizer_bytes_per_param: float,
+    kernels: str = "eager",
 ) -> ComputeTime:
-    """Compute time of a CNN micro-batch: convolutions as GEMMs, BN/ReLU memory-bound."""
+    """Compute time of a CNN micro-batch: convolutions as GEMMs, BN/ReLU memory-bound.
+
+    ``kernels`` (spec ``cnn_kernels``) decides the element-wise passes (:data:`EAGER_PASSES`
+    or :data:`FUSED_PASSES`) and whether NCHW transposes are paid (eager, tensor-core dtypes).
+    """
     peak = peak_flops(gpu, dtype)
     bw = gpu.memory_bandwidth_gb_per_s * 1e9
     b = st.micro_batch_size
     t = 0.0
     fwd = 0.0
     elem_bytes = 0.0
+    transpose_bytes = 0.0
     launches = 0
+    transposes = kernels == "eager" and dtype != "fp32"
+    prev_out = 0.0
     for layer in shape.cnn_layers:
         flops = layer.forward_flops * b * image_scale
+        out = layer.output_elements * b * image_scale
         if layer.kind in ("conv", "linear"):
-            nbytes = (
-                2 * layer.output_elements * b * image_scale
-            ) * act_bytes + layer.params * act_bytes
+            nbytes = 2 * out * act_bytes + layer.params * act_bytes
             t += 3 * _gemm_time(flops, nbytes, peak, bw, eff)
             fwd += flops
+            if transposes and layer.kind == "conv":
+                # the input is the previous layer's output (the image for the stem)
+                transpose_bytes += NCHW_TRANSPOSE_PASSES * (prev_out + out) * act_bytes
         else:
-            elem_bytes += layer.output_elements * b * image_scale * act_bytes * 4
+            passes = FUSED_PASSES if kernels == "fused" else EAGER_PASSES.get(layer.kind, 4)
+            elem_bytes += out * act_bytes * passes
+        prev_out = out
         launches += 3
-    t += elem_bytes / (bw * eff.hbm) + launches * eff.kernel_overhead_s
+    t_elem = elem_bytes / (bw * eff.hbm)
+    t_transpose = transpose_bytes / (bw * eff.hbm)
+    t += t_elem + t_transpose + launches * eff.kernel_overhead_s
     opt_s = trainable_params_per_gpu * optimizer_bytes_per_param / (bw * eff.hbm)
+    parts = {"convolutions": t - t_elem - t_transpose, "elementwise": t_elem}
+    if t_transpose:
+        parts["NCHW transposes"] = t_transpose
     return ComputeTime(
         layer_s=t,
         head_s=0.0,
         optimizer_s=opt_s,
         model_flops_per_micro_batch=3 * fwd,
         hardware_flops_per_micro_batch=3 * fwd,
-        parts={
-            "convolutions": t - elem_bytes / (bw * eff.hbm),
-            "elementwise": elem_bytes / (bw * eff.hbm),
-        },
+        parts=parts,
     )

@@ -134,6 +134,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         optimizer_impl=_optimizer_impl(spec),
         grads_kept=spec.zero_grad == "zeros",
         loss_chunks=spec.loss_chunks,
+        cnn_kernels=spec.cnn_kernels,
     )
 
 

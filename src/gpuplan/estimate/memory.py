@@ -99,6 +99,8 @@ class MemoryJob:
     grads_kept: bool = False
     loss_chunks: int | None = None
     cuda_context_bytes: float | None = None
+    cnn_kernels: str = "eager"
+    """How a CNN's kernels run (spec ``cnn_kernels``); decides time, not memory."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,7 +20,13 @@ from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import comm
 from gpuplan.estimate.activations import Numerics, Trainable, layer_items_cached
 from gpuplan.estimate.calibration import efficiencies, for_dtype
-from gpuplan.estimate.compute import ComputeTime, cnn_step, peak_flops, transformer_step
+from gpuplan.estimate.compute import (
+    CNN_KERNELS,
+    ComputeTime,
+    cnn_step,
+    peak_flops,
+    transformer_step,
+)
 from gpuplan.estimate.lora import adapter_params_per_layer
 from gpuplan.estimate.memory import MemoryJob
 from gpuplan.estimate.numerics import PRECISIONS
@@ -189,7 +195,9 @@ def estimate_time(
             image_scale=scale,
             trainable_params_per_gpu=opt_params,
             optimizer_bytes_per_param=opt_bytes,
+            kernels=job.cnn_kernels,
         )
+        assumptions.append(CNN_KERNELS[job.cnn_kernels])
         tokens_per_sample = None
     else:
         num = Numerics(act_bytes=pb.act, autocast=pb.autocast, compiled=job.compiled)
