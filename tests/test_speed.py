@@ -349,3 +349,27 @@ def test_cnn_kernels_price_eager_passes_and_nchw_transposes(cat) -> None:  # typ
     assert eager["step_time_s"] > last["step_time_s"] > fused["step_time_s"]
     # plain fp32 (no tensor cores) convolutions read NCHW directly
     assert "NCHW transposes" not in parts("eager", "fp32")
+
+
+def test_eager_attention_scores_cost_their_passes_in_their_dtype(cat) -> None:  # type: ignore[no-untyped-def]
+    """Eager attention reads and writes every score 16 times (20 with dropout) in a step;
+    autocast keeps the softmax in fp32, a model cast to 16 bits (Apex O2) in fp16, so the
+    memory-bound score traffic halves."""
+    gpu = cat.gpu("A100-80GB")
+
+    def attention_s(framework: str) -> float:
+        spec = parse_spec(
+            {
+                "model": "bert-large",
+                "seq_len": 384,
+                "precision": "fp16-mixed",
+                "micro_batch_size": 32,
+                "attention": "eager",
+                "framework": framework,
+            }
+        )
+        return configure(spec, gpu, 1, default_topology(gpu, 1)).time.parts["attention"]
+
+    amp, apex = attention_s("hf"), attention_s("apex")
+    # memory-bound: (20 x 4 + 2) against (20 x 2 + 2) bytes per score
+    assert amp / apex == pytest.approx(82 / 42, rel=0.02)

@@ -26,6 +26,15 @@ FLASH_BWD_FACTOR = 2.5
 """FlashAttention backward FLOPs / forward FLOPs (Dao, "FlashAttention-2", 2023: 5 matmuls vs 2)."""
 ELEMENTWISE_PASSES = 3.0
 """Saved activations are written and read in forward, read again in backward."""
+EAGER_SCORE_PASSES = 16
+"""Reads and writes of each score element in eager attention, per training step: forward
+QK^T writes the scores (1), the 1/sqrt(d) scale and the mask add each read and write (2 + 2),
+softmax reads and writes (2), the product with V reads (1); backward the probabilities'
+gradient is written (1), softmax backward reads the output and the gradient and writes (3),
+the scale's backward reads and writes (2), the two matmuls for dQ and dK read it (2)."""
+EAGER_DROPOUT_PASSES = 4
+"""Attention dropout: forward reads and writes (2), backward reads and writes (2), plus its
+1-byte mask written and read."""
 KERNELS_PER_LAYER = 40
 """Kernel launches per transformer layer for forward + backward in eager PyTorch."""
 
@@ -81,10 +90,13 @@ def transformer_step(
     cudnn_attention: bool = False,
     eff16: ArchEfficiency | None = None,
     optimizer_bytes_per_param: float,
+    score_bytes: int = 4,
 ) -> ComputeTime:
     """Compute time of the worst pipeline stage for one micro-batch, and of the optimizer step.
 
     ``eff16`` is the 16-bit efficiency, for what fp8 recipes keep in 16 bits (the LM head).
+    ``score_bytes``: bytes of one materialised attention score in eager attention (4 under
+    autocast, whose softmax runs in fp32, and in fp32; 2 in a model cast to 16 bits).
     ``attention_seq`` is the length each token attends over (packed rows with document
     masking attend within a document); default ``seq``.
     """
@@ -150,9 +162,11 @@ def transformer_step(
         t_attn = _gemm_time(attn_fwd * (1 + FLASH_BWD_FACTOR), 0.0, att_peak, bw, att_eff)
         attn_hw = attn_fwd * (1 + FLASH_BWD_FACTOR)
     else:
-        sq_bytes = (
-            st.micro_batch_size * shape.heads / tp * seq * ctx * 4 * 6
-        )  # scores, softmax, dropout passes
+        # materialised scores: each pass reads or writes one score element (EAGER_SCORE_PASSES)
+        elements = st.micro_batch_size * shape.heads / tp * seq * ctx
+        dropout = shape.attn_dropout > 0
+        passes = EAGER_SCORE_PASSES + (EAGER_DROPOUT_PASSES if dropout else 0)
+        sq_bytes = elements * (passes * score_bytes + (2 if dropout else 0))
         t_attn = 3 * _gemm_time(attn_fwd, sq_bytes / 3, peak, bw, eff)
         attn_hw = attn_fwd * 3
     saved = sum(i.bytes_per_token for i in items) / tp * tokens

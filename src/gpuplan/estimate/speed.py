@@ -27,6 +27,7 @@ from gpuplan.estimate.compute import (
     peak_flops,
     transformer_step,
 )
+from gpuplan.estimate.frameworks import FRAMEWORKS
 from gpuplan.estimate.lora import adapter_params_per_layer
 from gpuplan.estimate.memory import MemoryJob
 from gpuplan.estimate.numerics import PRECISIONS
@@ -136,6 +137,15 @@ def _work_steps(work: object, global_samples: int, seq: int | None) -> float | N
     return None
 
 
+def _score_bytes(job: MemoryJob) -> int:
+    """Bytes of an eager attention score: autocast runs softmax in fp32 (PyTorch's autocast
+    fp32 list), an fp32 model is fp32 throughout, a model cast to 16 bits (Apex O2, DeepSpeed,
+    ``*-true``) keeps 16-bit scores."""
+    pb = PRECISIONS[job.precision]
+    autocast = pb.autocast and FRAMEWORKS[job.framework].engine == "pytorch"
+    return 2 if pb.act == 2 and not autocast else 4
+
+
 def estimate_time(
     shape: Shape,
     job: MemoryJob,
@@ -227,6 +237,7 @@ def estimate_time(
             eff16=eff_all.arch(gpu),
             trainable_params_per_gpu=opt_params,
             optimizer_bytes_per_param=opt_bytes,
+            score_bytes=_score_bytes(job),
         )
         tokens_per_sample = seq
     virt = eff_all.virtualization.get(topo.hosting, 1.0) * topo.compute_fraction
