@@ -22,6 +22,8 @@ from gpuplan.estimate.activations import Numerics, Trainable, layer_items_cached
 from gpuplan.estimate.calibration import efficiencies, for_dtype
 from gpuplan.estimate.compute import (
     CNN_KERNELS,
+    EAGER_DROPOUT_PASSES,
+    EAGER_SCORE_PASSES,
     ComputeTime,
     cnn_step,
     peak_flops,
@@ -239,6 +241,12 @@ def estimate_time(
             optimizer_bytes_per_param=opt_bytes,
             score_bytes=_score_bytes(job),
         )
+        if not job.fused_attention:
+            assumptions.append(
+                f"eager attention: every score read or written {EAGER_SCORE_PASSES} times a step"
+                + (f" ({EAGER_SCORE_PASSES + EAGER_DROPOUT_PASSES} with attention dropout)")
+                + f", {_score_bytes(job)} bytes each"
+            )
         tokens_per_sample = seq
     virt = eff_all.virtualization.get(topo.hosting, 1.0) * topo.compute_fraction
     micro = (ct.layer_s + ct.head_s) / virt
