@@ -312,3 +312,17 @@ def test_llmfoundry_keeps_less_than_the_hf_stack(cat) -> None:  # type: ignore[n
     lf = fit(spec(**spec_kw, framework="llmfoundry"), gpu).memory.peak_allocated_bytes
     hf = fit(spec(**spec_kw, framework="hf"), gpu).memory.peak_allocated_bytes
     assert lf < hf
+
+
+def test_vit_tokens_follow_the_image_size() -> None:
+    """A ViT-B/16 at 384 pixels sees (384 / 16)^2 + 1 = 577 tokens, not the preset's 197;
+    an image size that is not a multiple of the patch is refused with the nearest valid ones."""
+    from gpuplan.errors import SpecError
+    from gpuplan.estimate.fit import model_shape, spec_shape
+    from gpuplan.spec import parse_spec
+
+    assert model_shape("vit-b-16").fixed_tokens == 197
+    assert spec_shape(parse_spec({"model": "vit-b-16", "image_size": 384})).fixed_tokens == 577
+    assert spec_shape(parse_spec({"model": "vit-b-16"})).fixed_tokens == 197
+    with pytest.raises(SpecError, match="image_size: 100 is not a multiple"):
+        spec_shape(parse_spec({"model": "vit-b-16", "image_size": 100}))

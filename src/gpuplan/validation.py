@@ -346,7 +346,7 @@ def _training_layout(spec_text: str, row_id: str, repo_root: Path, hw: tuple[str
     """What a training row times, resolved once: an explicit layout does not depend on the
     efficiencies, so the fitting scripts only re-run the time estimate."""
     from gpuplan.estimate.configure import default_topology
-    from gpuplan.estimate.fit import check_precision, explicit_strategy, memory_job, model_shape
+    from gpuplan.estimate.fit import check_precision, explicit_strategy, memory_job, spec_shape
     from gpuplan.spec import ParallelismSpec
 
     gpu_id, count_s, gpn_s, intra, inter, fabric = hw
@@ -364,7 +364,7 @@ def _training_layout(spec_text: str, row_id: str, repo_root: Path, hw: tuple[str
     if not isinstance(spec.parallelism, ParallelismSpec):
         return spec, gpu, count, topo, None
     check_precision(spec, gpu)
-    shape = model_shape(spec.model)
+    shape = spec_shape(spec)
     st = explicit_strategy(spec, count, shape)
     return spec, gpu, count, topo, (shape, memory_job(spec, shape), st)
 

@@ -23,7 +23,7 @@ from gpuplan.estimate.fit import (
     check_precision,
     max_micro_batch,
     memory_job,
-    model_shape,
+    spec_shape,
     strategy_class,
 )
 from gpuplan.estimate.frameworks import FRAMEWORKS
@@ -157,7 +157,7 @@ def configure(
             and by how much it misses, in GiB and %).
     """
     check_precision(spec, gpu)
-    shape = model_shape(spec.model)
+    shape = spec_shape(spec)
     job = memory_job(spec, shape)
     topo = topo or default_topology(gpu, count)
     explicit = isinstance(spec.parallelism, ParallelismSpec)

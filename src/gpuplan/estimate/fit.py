@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
@@ -35,6 +36,33 @@ def model_shape(model_ref: str) -> Shape:
     from gpuplan.models import load_model
 
     return shape_of(load_model(model_ref))
+
+
+def spec_shape(spec: JobSpec) -> Shape:
+    """The model's shape at the spec's input: a ViT's token count follows ``image_size``.
+
+    A ViT cuts the image into patches: ``(image_size / patch) ** 2`` tokens plus the class
+    token, so fine-tuning at 384 pixels costs 577 tokens a sample where the 224-pixel preset
+    has 197 (transformers' ``ViTEmbeddings`` with ``interpolate_pos_encoding``).
+    """
+    shape = model_shape(spec.model)
+    if (
+        shape.family != "vit"
+        or spec.image_size is None
+        or shape.image_size is None
+        or shape.fixed_tokens is None
+        or spec.image_size == shape.image_size
+    ):
+        return shape
+    patch = shape.image_size // math.isqrt(shape.fixed_tokens - 1)
+    if spec.image_size % patch:
+        raise SpecError(
+            f"image_size: {spec.image_size} is not a multiple of {shape.model_id}'s patch size "
+            f"({patch} pixels); nearest valid: "
+            + ", ".join(str(v) for v in nearest_multiples(spec.image_size, patch))
+        )
+    grid = spec.image_size // patch
+    return dataclasses.replace(shape, fixed_tokens=grid * grid + 1, image_size=spec.image_size)
 
 
 def check_precision(spec: JobSpec, gpu: GpuSpec) -> None:
@@ -387,7 +415,7 @@ def fit(
     if count < 1:
         raise SpecError(f"--count: must be >= 1, got {count}")
     check_precision(spec, gpu)
-    shape = model_shape(spec.model)
+    shape = spec_shape(spec)
     if shape.family in ("cnn", "vit") and spec.seq_len is not None:
         raise SpecError(f"seq_len: {shape.model_id} is a vision model; use image_size")
     if shape.is_text and spec.image_size is not None:

@@ -484,9 +484,9 @@ def trace_memory(
     gradients stay allocated through forward and backward.
     """
     _require_torch()
-    from gpuplan.estimate.fit import model_shape, sequence_length
+    from gpuplan.estimate.fit import sequence_length, spec_shape
 
-    shape = model_shape(spec.model)
+    shape = spec_shape(spec)
     if shape.family not in ("decoder", "encoder", "cnn", "vit"):
         raise SpecError(
             f"--trace: traces Hugging Face text and vision models; {shape.model_id} is a "
