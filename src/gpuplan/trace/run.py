@@ -111,6 +111,60 @@ def _register_fused_attention() -> str:
     return "gpuplan_fused"
 
 
+class _FusedSdpa:
+    """Route ``torch.nn.functional.scaled_dot_product_attention`` to the fused CUDA kernels'
+    meta implementations while a step is traced, as CUDA's dispatcher would: FlashAttention for
+    16-bit inputs without a mask, the memory-efficient kernel (which takes an additive mask)
+    otherwise. On the meta device SDPA would take its math path, which saves the attention
+    probabilities (s^2 per head). This reaches models whose attention calls SDPA itself instead
+    of transformers' attention interface (Falcon, which always passes its causal mask)."""
+
+    def __init__(self) -> None:
+        self._saved: Any = None
+
+    def __enter__(self) -> _FusedSdpa:
+        import torch
+        import torch.nn.functional as functional
+
+        from gpuplan.trace.autocast import CudaAutocast
+
+        def fused(
+            query: Any,
+            key: Any,
+            value: Any,
+            attn_mask: Any = None,
+            dropout_p: float = 0.0,
+            is_causal: bool = False,
+            scale: float | None = None,
+            enable_gqa: bool = False,
+        ) -> Any:
+            if CudaAutocast.active is not None:  # SDPA is on autocast's lower-precision list
+                query, key, value = (t.to(CudaAutocast.active) for t in (query, key, value))
+            n_rep = query.shape[-3] // key.shape[-3]
+            if n_rep > 1:
+                key = key.repeat_interleave(n_rep, dim=-3)
+                value = value.repeat_interleave(n_rep, dim=-3)
+            if attn_mask is None and query.dtype in (torch.bfloat16, torch.float16):
+                return torch.ops.aten._scaled_dot_product_flash_attention(
+                    query, key, value, dropout_p, is_causal, False, scale=scale
+                )[0]
+            bias = attn_mask
+            if bias is not None and bias.dtype == torch.bool:
+                bias = torch.zeros(bias.shape, dtype=query.dtype, device=bias.device)
+            return torch.ops.aten._scaled_dot_product_efficient_attention(
+                query, key, value, bias, False, dropout_p, is_causal, scale=scale
+            )[0]
+
+        self._saved = functional.scaled_dot_product_attention
+        functional.scaled_dot_product_attention = fused  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import torch.nn.functional as functional
+
+        functional.scaled_dot_product_attention = self._saved
+
+
 def _apply_lora(
     model: Any, targets: tuple[str, ...], rank: int, alpha: float, dropout: float, shape: Any
 ) -> None:
@@ -406,7 +460,7 @@ def _trace_once(
         if not param.requires_grad:
             tracker._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
     before_step: dict[Any, dict[str, int]] = {}
-    with tracker:
+    with tracker, _FusedSdpa():
         for it in range(2):
             if cast is not None:
                 cast.clear_cache()
