@@ -373,3 +373,18 @@ def test_eager_attention_scores_cost_their_passes_in_their_dtype(cat) -> None:  
     amp, apex = attention_s("hf"), attention_s("apex")
     # memory-bound: (20 x 4 + 2) against (20 x 2 + 2) bytes per score
     assert amp / apex == pytest.approx(82 / 42, rel=0.02)
+
+
+def test_unfused_adamw_pays_its_passes(cat) -> None:  # type: ignore[no-untyped-def]
+    """torch's foreach and per-parameter AdamW make 20 element passes where the fused kernel
+    makes 7 (torch/optim/adamw.py), so the memory-bound optimizer step costs 20/7 as much."""
+    gpu = cat.gpu("A100-80GB")
+
+    def opt_s(impl: str) -> float:
+        spec = parse_spec(
+            {"model": "gpt2", "seq_len": 1024, "precision": "bf16-mixed", "optimizer_impl": impl}
+        )
+        return configure(spec, gpu, 1, default_topology(gpu, 1)).time.optimizer_s
+
+    assert opt_s("foreach") / opt_s("fused") == pytest.approx(20 / 7, rel=1e-6)
+    assert opt_s("for-loop") == pytest.approx(opt_s("foreach"))

@@ -93,7 +93,19 @@ def cudnn_attention(job: MemoryJob, gpu: GpuSpec) -> bool:
     return job.attention_auto and (gpu.compute_capability or "") in CUDNN_SDPA_DEFAULT_CC
 
 
-def _optimizer_bytes_per_param(optimizer: str, precision: str, full: bool) -> float:
+UNFUSED_PASS_RATIO = {"adamw": 20 / 7, "sgd-momentum": 11 / 5}
+"""Element passes of PyTorch's unfused optimizers (foreach or per-parameter loop) over those of
+the fused kernel, which reads parameter, gradient and state once and writes parameter and state
+once (AdamW 7, SGD with momentum 5). ``torch/optim/adamw.py`` (``_single_tensor_adamw``, and
+``_multi_tensor_adamw`` with the same ops as ``_foreach_*`` calls): weight decay ``param.mul_``
+(2), ``exp_avg.lerp_`` (3), ``exp_avg_sq.mul_().addcmul_()`` (5), ``denom = sqrt / bias
+correction + eps`` (6), ``param.addcdiv_`` (4): 20. ``torch/optim/sgd.py``: weight decay
+``grad.add(param)`` (3), ``buf.mul_().add_()`` (5), ``param.add_(buf)`` (3): 11."""
+
+
+def _optimizer_bytes_per_param(
+    optimizer: str, precision: str, full: bool, impl: str = "fused"
+) -> float:
     pb = PRECISIONS[precision]
     p, g, s = (pb.param, pb.grad, pb.state) if full else (4, 4, 4)
     master = 8 if full and pb.master else 0
@@ -105,7 +117,10 @@ def _optimizer_bytes_per_param(optimizer: str, precision: str, full: bool) -> fl
         "lion": 2 * s,
         "adafactor": 0.1 * s,
     }[optimizer]
-    return 2 * p + g + states + master
+    fused = 2 * p + g + states + master
+    if impl == "fused":
+        return fused
+    return fused * UNFUSED_PASS_RATIO.get(optimizer, 1.0)
 
 
 def time_lengths(shape: Shape, job: MemoryJob) -> tuple[int, int]:
@@ -176,7 +191,7 @@ def estimate_time(
     opt_params = trainable_stage / (
         st.shard_degree if st.sharding != "none" and st.replicas > 1 else 1
     )
-    opt_bytes = _optimizer_bytes_per_param(job.optimizer, job.precision, full)
+    opt_bytes = _optimizer_bytes_per_param(job.optimizer, job.precision, full, job.optimizer_impl)
     attn = ""
     cudnn = cudnn_attention(job, gpu)
     if shape.family != "cnn" and job.fused_attention:
