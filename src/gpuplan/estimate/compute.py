@@ -229,6 +229,7 @@ Residual add: reads two, writes one (3); in backward the two branches' gradients
 block input (3). Other layers (pooling) and fused kernels: 4, the saved output written and read in
 forward and read again in backward."""
 FUSED_PASSES = 4
+"""Passes over a non-convolution layer's output when it is fused or not in ``EAGER_PASSES``."""
 NCHW_TRANSPOSE_PASSES = 6
 """cuDNN's tensor-core convolutions run in NHWC; on NCHW tensors each of a convolution's three
 calls (forward, data gradient, weight gradient) transposes its two activation operands in and
@@ -283,7 +284,9 @@ def cnn_step(
                 # the input is the previous layer's output (the image for the stem)
                 transpose_bytes += NCHW_TRANSPOSE_PASSES * (prev_out + out) * act_bytes
         else:
-            passes = FUSED_PASSES if kernels == "fused" else EAGER_PASSES.get(layer.kind, 4)
+            passes = (
+                FUSED_PASSES if kernels == "fused" else EAGER_PASSES.get(layer.kind, FUSED_PASSES)
+            )
             elem_bytes += out * act_bytes * passes
         prev_out = out
         launches += 3

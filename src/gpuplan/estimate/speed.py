@@ -228,6 +228,7 @@ def estimate_time(
         tokens_per_sample = None
     else:
         num = Numerics(act_bytes=pb.act, autocast=pb.autocast, compiled=job.compiled)
+        score_bytes = _score_bytes(job)
         tr = Trainable(
             full=full,
             lora_roles=job.lora_roles,
@@ -254,13 +255,13 @@ def estimate_time(
             eff16=eff_all.arch(gpu),
             trainable_params_per_gpu=opt_params,
             optimizer_bytes_per_param=opt_bytes,
-            score_bytes=_score_bytes(job),
+            score_bytes=score_bytes,
         )
         if not job.fused_attention:
             assumptions.append(
-                f"eager attention: every score read or written {EAGER_SCORE_PASSES} times a step"
-                + (f" ({EAGER_SCORE_PASSES + EAGER_DROPOUT_PASSES} with attention dropout)")
-                + f", {_score_bytes(job)} bytes each"
+                f"eager attention: every score read or written {EAGER_SCORE_PASSES} times a step "
+                f"({EAGER_SCORE_PASSES + EAGER_DROPOUT_PASSES} with attention dropout), "
+                f"{score_bytes} bytes each"
             )
         tokens_per_sample = seq
     virt = eff_all.virtualization.get(topo.hosting, 1.0) * topo.compute_fraction

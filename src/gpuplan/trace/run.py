@@ -150,6 +150,7 @@ class _FusedSdpa:
                 )[0]
             bias = attn_mask
             if bias is not None and bias.dtype == torch.bool:
+                # the kernel takes an additive bias; on the meta device only its shape matters
                 bias = torch.zeros(bias.shape, dtype=query.dtype, device=bias.device)
             return torch.ops.aten._scaled_dot_product_efficient_attention(
                 query, key, value, bias, False, dropout_p, is_causal, scale=scale
