@@ -58,12 +58,51 @@ def _gemm_time(
     bw: float,
     eff: ArchEfficiency,
     half_size: float | None = None,
+    out_bytes: float = 0.0,
 ) -> float:
+    """Time of one GEMM pass: its reduction at the size-scaled efficiency, then its epilogue.
+
+    ``out_bytes`` is the output the pass writes. A GEMM kernel reduces each output tile, then
+    stores it (the epilogue); with one large tile per SM at a time, a wave's stores do not
+    overlap its reductions, so they add to the time rather than hiding under it. That is why a
+    GEMM with a short reduction reaches less of the peak: for reduction length K the
+    efficiency falls by K / (K + peak x e x bytes / (2 x bandwidth x hbm)), about 0.96 at K
+    4096 and 0.82 at K 768 on an H100 in bf16 (the H200 reference's "smaller or skinnier GEMMs
+    reach less", ``../shared/reference/measured_h200.md``). Kernels that overlap the epilogue
+    (Hopper's persistent ping-pong kernels) lose less: this is the serial bound, not fitted.
+    The whole pass is never faster than moving ``nbytes`` at the achievable bandwidth.
+    """
     if flops <= 0:
         return 0.0
     half = eff.gemm_half_size if half_size is None else half_size
     e = eff.gemm * flops / (flops + half)
-    return max(flops / (peak * e), nbytes / (bw * eff.hbm))
+    return max(flops / (peak * e) + out_bytes / (bw * eff.hbm), nbytes / (bw * eff.hbm))
+
+
+def _gemm_passes(
+    flops: float,
+    nbytes: float,
+    peak: float,
+    bw: float,
+    eff: ArchEfficiency,
+    half: float | None,
+    out_bytes: tuple[float, float, float],
+    *,
+    wgrad: bool,
+) -> tuple[float, float]:
+    """Forward, and forward plus backward, time of one GEMM of ``flops`` per pass.
+
+    ``out_bytes`` is what each pass writes: the output (forward), the input gradient (dgrad)
+    and the weight gradient (wgrad, skipped for a frozen weight). Each pass pays its own
+    epilogue (see :func:`_gemm_time`), which is why a GEMM with a short reduction (a narrow
+    layer) reaches less of the peak than a wide one of the same FLOPs.
+    """
+    fwd_out, dgrad_out, wgrad_out = out_bytes
+    t_fwd = _gemm_time(flops, nbytes, peak, bw, eff, half, fwd_out)
+    t_bwd = _gemm_time(flops, nbytes, peak, bw, eff, half, dgrad_out)
+    if wgrad:
+        t_bwd += _gemm_time(flops, nbytes, peak, bw, eff, half, wgrad_out)
+    return t_fwd, t_fwd + t_bwd
 
 
 def peak_flops(gpu: GpuSpec, dtype: str) -> float:
@@ -141,8 +180,19 @@ def transformer_step(
             )
         gemm_fwd += flops
         gemm_bwd += flops * bwd_mult
-        t_lin = _gemm_time(flops, nbytes, peak, bw, eff, half)
-        t_gemm += t_lin * (1 + bwd_mult)
+        out_w = lin.out_features / tp if lin.role != "router" else lin.out_features
+        rows = tokens * copies
+        t_lin, t_all = _gemm_passes(
+            flops,
+            nbytes,
+            peak,
+            bw,
+            eff,
+            half,
+            (rows * out_w * a, rows * lin.in_features * a, lin.in_features * out_w * a),
+            wgrad=tr.full,
+        )
+        t_gemm += t_all
         if id(lin) in kept_linears:
             t_gemm_kept += t_lin
     # attention core (per layer, causal halves the work with flash)
@@ -193,11 +243,19 @@ def transformer_step(
         ) * a
         # fp8 recipes keep the output layer in 16 bits (Transformer Engine converts the
         # transformer layers; torchtitan's Float8 skips "output"; llm-foundry's head is tied)
+        head_outs = (
+            tokens * shape.vocab / tp * a,
+            tokens * shape.hidden * a,
+            shape.hidden * shape.vocab / tp * a,
+        )
         if dtype == "fp8":
-            head_s = _gemm_time(head_flops, head_bytes, peak16, bw, eff16 or eff)
+            _, head_s = _gemm_passes(
+                head_flops, head_bytes, peak16, bw, eff16 or eff, None, head_outs, wgrad=tr.full
+            )
         else:
-            head_s = _gemm_time(head_flops, head_bytes, peak, bw, eff)
-        head_s *= 1 + head_bwd
+            _, head_s = _gemm_passes(
+                head_flops, head_bytes, peak, bw, eff, None, head_outs, wgrad=tr.full
+            )
         head_s += 3 * tokens * shape.vocab / tp * 4 / (bw * eff.hbm)  # fp32 loss passes
         head_flops *= 1 + head_bwd
     opt_s = trainable_params_per_gpu * optimizer_bytes_per_param / (bw * eff.hbm)
@@ -278,7 +336,8 @@ def cnn_step(
         out = layer.output_elements * b * image_scale
         if layer.kind in ("conv", "linear"):
             nbytes = 2 * out * act_bytes + layer.params * act_bytes
-            t += 3 * _gemm_time(flops, nbytes, peak, bw, eff)
+            outs = (out * act_bytes, prev_out * act_bytes, layer.params * act_bytes)
+            t += _gemm_passes(flops, nbytes, peak, bw, eff, None, outs, wgrad=True)[1]
             fwd += flops
             if transposes and layer.kind == "conv":
                 # the input is the previous layer's output (the image for the stem)
