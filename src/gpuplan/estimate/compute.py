@@ -248,14 +248,10 @@ def transformer_step(
             tokens * shape.hidden * a,
             shape.hidden * shape.vocab / tp * a,
         )
-        if dtype == "fp8":
-            _, head_s = _gemm_passes(
-                head_flops, head_bytes, peak16, bw, eff16 or eff, None, head_outs, wgrad=tr.full
-            )
-        else:
-            _, head_s = _gemm_passes(
-                head_flops, head_bytes, peak, bw, eff, None, head_outs, wgrad=tr.full
-            )
+        head_peak, head_eff = (peak16, eff16 or eff) if dtype == "fp8" else (peak, eff)
+        _, head_s = _gemm_passes(
+            head_flops, head_bytes, head_peak, bw, head_eff, None, head_outs, wgrad=tr.full
+        )
         head_s += 3 * tokens * shape.vocab / tp * 4 / (bw * eff.hbm)  # fp32 loss passes
         head_flops *= 1 + head_bwd
     opt_s = trainable_params_per_gpu * optimizer_bytes_per_param / (bw * eff.hbm)
