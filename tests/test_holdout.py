@@ -141,6 +141,14 @@ def test_training_without_stored_folds_says_so(cli, tmp_path: Path) -> None:  # 
     r = cli("validate", "training", "--table", str(table), "--max-loso-median", "0.5")
     assert r.exit_code == 1
     assert "no stored folds" in r.stderr
+    short = cli("validate", "training", "--table", str(table), "--max-loso-time-under", "1")
+    assert short.exit_code == 1 and "no stored folds" in short.stderr
+    # the in-sample gate needs no folds: a row of a preset model, so its share is 0% or 100%
+    preset = next(ln for ln in lines[1:] if ",ok," in ln and "training_configs" not in ln)
+    table.write_text(lines[0] + "\n" + preset + "\n")
+    ok = cli("validate", "training", "--table", str(table), "--max-time-under", "1", "--json")
+    assert ok.exit_code == 0
+    assert json.loads(ok.output)["summary"]["time_under_predicted_over_10pct"] in (0, 1)
 
 
 def test_stored_folds_cover_the_training_table() -> None:

@@ -99,3 +99,49 @@ def test_refused_rows_lists_layouts_that_ran_but_do_not_fit(tmp_path) -> None:  
     got = refused_rows(table)
     assert [r.id for r in got] == ["huge"]
     assert got[0].device_used_bytes > got[0].capacity_bytes
+
+
+def _result(metric: str, predicted: float, measured: float):  # type: ignore[no-untyped-def]
+    from gpuplan.validation import RowResult
+
+    return RowResult(
+        id=f"{metric}-{predicted}",
+        metric=metric,
+        predicted=predicted,
+        measured=measured,
+        error=(predicted - measured) / measured,
+    )
+
+
+def test_time_error_inverts_speed_metrics() -> None:
+    """A speed predicted 25% high is a time predicted 20% short: the plan runs over. A time
+    metric keeps its own sign; memory rows have no time error."""
+    assert _result("tokens_per_s_per_gpu", 125.0, 100.0).time_error == pytest.approx(-0.2)
+    assert _result("samples_per_s", 80.0, 100.0).time_error == pytest.approx(0.25)
+    assert _result("time_to_train_s", 80.0, 100.0).time_error == pytest.approx(-0.2)
+    assert _result("allocated", 80.0, 100.0).time_error is None
+
+
+def test_time_under_count_is_the_dangerous_direction() -> None:
+    """`under_predicted_over_10pct` counts values below the measurement whatever they measure
+    (for a speed, a pessimistic plan); `time_under_predicted_over_10pct` counts the runs that
+    take more than 10% longer than predicted, speed and time metrics alike."""
+    from gpuplan.validation import Report
+
+    rows = (
+        _result("tokens_per_s_per_gpu", 130.0, 100.0),  # speed high: time 23% short
+        _result("tokens_per_s_per_gpu", 70.0, 100.0),  # speed low: pessimistic
+        _result("time_to_train_s", 70.0, 100.0),  # time 30% short
+        _result("time_to_train_s", 105.0, 100.0),
+    )
+    report = Report(table="t", rows=rows, excluded=())
+    s = report.summary()
+    assert s["under_predicted_over_10pct"] == 2
+    assert s["time_under_predicted_over_10pct"] == 2
+    assert report.gate_failures(max_time_under=0.5) == []
+    assert (
+        "2 of 4 rows have their run time predicted >10% short"
+        in (report.gate_failures(max_time_under=0.25)[0])
+    )
+    memory = Report(table="m", rows=(_result("allocated", 80.0, 100.0),), excluded=())
+    assert memory.summary()["time_under_predicted_over_10pct"] is None

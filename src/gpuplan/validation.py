@@ -48,6 +48,13 @@ def default_table(name: str) -> Path:
     )
 
 
+TIME_METRICS = frozenset({"step_time_s", "time_to_train_s", "gpu_hours"})
+"""Training metrics that measure time: a value below the measurement is a plan that runs over."""
+RATE_METRICS = frozenset({"tokens_per_s_per_gpu", "samples_per_s", "mfu", "model_tflops_per_gpu"})
+"""Training metrics that measure speed: a value below the measurement is a pessimistic plan; the
+run's time is short-predicted when the value is above it."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RowResult:
     """One validation row: prediction, measurement and signed error."""
@@ -66,6 +73,19 @@ class RowResult:
     def abs_error(self) -> float | None:
         """Absolute relative error, or None if the row failed."""
         return None if self.error is None else abs(self.error)
+
+    @property
+    def time_error(self) -> float | None:
+        """Signed relative error of the run's time, whatever the metric: predicted over measured
+        time, less 1 (a speed metric is inverted). Negative: the run takes longer than planned.
+        None for memory rows and rows that failed."""
+        if self.error is None:
+            return None
+        if self.metric in TIME_METRICS:
+            return self.error
+        if self.metric in RATE_METRICS and self.predicted > 0:
+            return self.measured / self.predicted - 1.0
+        return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +117,15 @@ class Report:
         """Rows predicted more than 10% below the measurement (a dangerous 'fits')."""
         return sum(1 for r in self.rows if r.error is not None and r.error < -0.10)
 
+    @property
+    def time_under_predicted(self) -> int | None:
+        """Rows whose run time is predicted more than 10% short (a plan that runs over its
+        deadline and budget), whatever the metric; None for a table without time or speed."""
+        errs = [r.time_error for r in self.rows if r.time_error is not None]
+        if not errs and not any(r.metric in TIME_METRICS | RATE_METRICS for r in self.rows):
+            return None
+        return sum(1 for e in errs if e < -0.10)
+
     def _median_of(self, multi: bool) -> float | None:
         errs = [r.abs_error for r in self.rows if r.abs_error is not None and r.multi_node == multi]
         return statistics.median(errs) if errs else None
@@ -107,11 +136,12 @@ class Report:
         max_median: float | None = None,
         max_under: float | None = None,
         max_over_50: int | None = None,
+        max_time_under: float | None = None,
     ) -> list[str]:
         """Why this report fails the CI gates (empty when it passes or no gate is set)."""
         s = self.summary()
         out = []
-        gated = (max_median, max_under, max_over_50) != (None, None, None)
+        gated = (max_median, max_under, max_over_50, max_time_under) != (None,) * 4
         if gated and not self.errors:
             out.append(f"none of the {len(self.rows)} rows could be predicted: nothing was gated")
         if max_median is not None and not self.median_abs_error <= max_median:
@@ -122,6 +152,12 @@ class Report:
             out.append(
                 f"{self.under_predicted} of {s['rows']} rows predicted >10% below the "
                 f"measurement, more than --max-under {max_under:.0%}"
+            )
+        short = self.time_under_predicted
+        if max_time_under is not None and (short or 0) / max(1, s["rows"]) > max_time_under:
+            out.append(
+                f"{short} of {s['rows']} rows have their run time predicted >10% short, more "
+                f"than --max-time-under {max_time_under:.0%}"
             )
         if max_over_50 is not None and s["rows_over_50pct"] > max_over_50:
             out.append(
@@ -146,6 +182,7 @@ class Report:
             "worst_abs_error": worst.abs_error if worst else None,
             "worst_id": worst.id if worst else None,
             "under_predicted_over_10pct": self.under_predicted,
+            "time_under_predicted_over_10pct": self.time_under_predicted,
         }
 
 

@@ -70,6 +70,26 @@ MaxLosoOver50Opt = Annotated[
         help="Exit 1 if more rows than this are off by >50%, leave-one-source-out.",
     ),
 ]
+MaxTimeUnderOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-time-under",
+        min=0.0,
+        max=1.0,
+        help="Exit 1 if the share of rows whose run time is predicted more than 10% short "
+        "exceeds this, whatever the metric (a speed predicted high is a time predicted short: "
+        "the plan runs over).",
+    ),
+]
+MaxLosoTimeUnderOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-loso-time-under",
+        min=0.0,
+        max=1.0,
+        help="As --max-time-under, leave-one-source-out.",
+    ),
+]
 MaxRefusedOpt = Annotated[
     int | None,
     typer.Option(
@@ -92,6 +112,12 @@ MinCoverageOpt = Annotated[
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
+
+
+def _time_short(summary: dict[str, Any]) -> str:
+    """The run-time short-prediction count, where the table measures time or speed."""
+    n = summary.get("time_under_predicted_over_10pct")
+    return "" if n is None else f"run time predicted >10% short: {n}; "
 
 
 def register(app: typer.Typer) -> None:
@@ -118,6 +144,7 @@ def _run(
     *,
     wide: bool = False,
     max_refused: int | None = None,
+    time_under_gates: tuple[float | None, float | None] = (None, None),
 ) -> None:
     """Run one validation table, print it (or JSON), and apply the CI gates."""
     from gpuplan import holdout
@@ -182,14 +209,16 @@ def _run(
             f"{_pct(s['median_abs_error'])} (single-node {_pct(s['median_abs_error_single_node'])}, "
             f"multi-node {_pct(s['median_abs_error_multi_node'])}); worst {_pct(s['worst_abs_error'])} "
             f"({s['worst_id']}); predicted >10% below measured: {s['under_predicted_over_10pct']}; "
-            f"off by more than 50%: {s['rows_over_50pct']}"
+            + _time_short(s)
+            + f"off by more than 50%: {s['rows_over_50pct']}"
         )
         if loso_summary is not None and loso is not None:
             out.print(
                 f"leave-one-source-out (each source predicted by constants fitted without it): "
                 f"median |error| {_pct(loso_summary['median_abs_error'])}; predicted >10% below "
-                f"measured: {loso_summary['under_predicted_over_10pct']}; off by more than 50%: "
-                f"{loso_summary['rows_over_50pct']}"
+                f"measured: {loso_summary['under_predicted_over_10pct']}; "
+                + _time_short(loso_summary)
+                + f"off by more than 50%: {loso_summary['rows_over_50pct']}"
                 + (f" [stale: {loso.stale}]" if loso.stale else "")
             )
             for c in loso.constants:
@@ -224,9 +253,12 @@ def _run(
                 )
             )
     failures = report.gate_failures(
-        max_median=max_median, max_under=max_under, max_over_50=max_over_50
+        max_median=max_median,
+        max_under=max_under,
+        max_over_50=max_over_50,
+        max_time_under=time_under_gates[0],
     )
-    failures += _loso_failures(loso, cov, *loso_gates)
+    failures += _loso_failures(loso, cov, *loso_gates, max_time_under=time_under_gates[1])
     if max_refused is not None and refused is not None and len(refused) > max_refused:
         failures.append(
             f"the memory model refuses {len(refused)} rows that ran as published, more than "
@@ -244,9 +276,12 @@ def _loso_failures(
     max_under: float | None,
     max_over_50: int | None,
     min_coverage: float | None,
+    *,
+    max_time_under: float | None = None,
 ) -> list[str]:
     """Why the leave-one-source-out figures fail their gates."""
-    gated = any(g is not None for g in (max_median, max_under, max_over_50, min_coverage))
+    gates = (max_median, max_under, max_over_50, min_coverage, max_time_under)
+    gated = any(g is not None for g in gates)
     if not gated:
         return []
     if loso is None or loso.stale:
@@ -255,7 +290,10 @@ def _loso_failures(
     out = [
         f"leave-one-source-out: {f}"
         for f in loso.report.gate_failures(
-            max_median=max_median, max_under=max_under, max_over_50=max_over_50
+            max_median=max_median,
+            max_under=max_under,
+            max_over_50=max_over_50,
+            max_time_under=max_time_under,
         )
     ]
     if min_coverage is not None and (cov is None or cov.inside < min_coverage):
@@ -309,6 +347,8 @@ def training(
     max_loso_over_50: MaxLosoOver50Opt = None,
     min_coverage: MinCoverageOpt = None,
     max_refused: MaxRefusedOpt = None,
+    max_time_under: MaxTimeUnderOpt = None,
+    max_loso_time_under: MaxLosoTimeUnderOpt = None,
 ) -> None:
     """Predicted vs measured throughput / time-to-train: in-sample and leave-one-source-out
     error, the fitted constants, how often the 80% bounds hold, and the rows that ran but
@@ -328,6 +368,7 @@ def training(
         (max_loso_median, max_loso_under, max_loso_over_50, min_coverage),
         wide=wide,
         max_refused=max_refused,
+        time_under_gates=(max_time_under, max_loso_time_under),
     )
 
 
