@@ -318,6 +318,10 @@ def test_megatron_activation_offload_keeps_a_double_buffer(a100: GpuSpec) -> Non
         ),
         ({"framework": "megatron", "megatron": {"optimizer_dtype": "fp16"}}, "optimizer_dtype"),
         (
+            {"framework": "megatron", "megatron": {"fp8_dot_product_attention": True}},
+            "megatron.fp8_dot_product_attention: needs precision fp8-mixed",
+        ),
+        (
             {
                 "framework": "megatron",
                 "megatron": {"param_remainders": True, "optimizer_dtype": "bf16"},
@@ -380,3 +384,62 @@ def test_context_parallel_is_checked() -> None:
     )
     assert (st.dp, st.cp, st.gpus, st.replicas) == (2, 2, 8, 4)
     assert "cp2" in st.label()
+
+
+def _lora_70b(megatron: dict[str, object]):  # type: ignore[no-untyped-def]
+    """MLPerf's Llama 2 70B LoRA on 8 B200s, one GPU a replica (NVIDIA's v5.0 config)."""
+    spec = parse_spec(
+        {
+            "model": "llama-2-70b",
+            "method": "lora",
+            "lora": {"rank": 16, "alpha": 32, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+            "seq_len": 8192,
+            "precision": "fp8-mixed",
+            "micro_batch_size": 1,
+            "attention": "cudnn",
+            "framework": "megatron",
+            "parallelism": {"sharding": "none", "tp": 1, "pp": 1},
+            "megatron": megatron,
+        }
+    )
+    b200 = load_catalog(use_user=False).gpu("B200")
+    return fit(spec, b200, 8).memory
+
+
+def test_fp8_attention_and_activation_store_keep_one_byte() -> None:
+    """Transformer Engine's fp8 attention keeps q, k, v and its output as fp8 casts, and
+    Megatron's activation_func_fp8_input_store keeps the SwiGLU input in fp8: those saved
+    tensors halve, nothing else moves."""
+
+    def items(**extra: bool) -> dict[str, float]:
+        m = _lora_70b({"fp8_params": True, **extra})
+        return {i.name.split(" (fp8)")[0]: i.bytes_per_token for i in m.activation_items}
+
+    base = items()
+    fp8 = items(fp8_dot_product_attention=True, activation_func_fp8_input_store=True)
+    changed = {k for k in base if base[k] != fp8.get(k)}
+    assert changed == {
+        "attn q, k, v (SDPA inputs)",
+        "attn SDPA output + logsumexp",
+        "mlp gate and up outputs (fused SwiGLU input)",
+    }
+    assert fp8["attn q, k, v (SDPA inputs)"] == base["attn q, k, v (SDPA inputs)"] / 2
+    heads = 64 * 4  # the fp32 softmax statistics stay
+    assert (
+        fp8["attn SDPA output + logsumexp"] - heads
+        == (base["attn SDPA output + logsumexp"] - heads) / 2
+    )
+    swiglu = [k for k in fp8 if k.startswith("mlp gate and up outputs")]
+    assert fp8[swiglu[0]] == base["mlp gate and up outputs (fused SwiGLU input)"] / 2
+
+
+def test_fp8_params_keep_lora_adapters_in_16_bits() -> None:
+    """fp8_params makes Transformer Engine's linears fp8; NeMo's adapters stay in the 16-bit
+    model dtype: no fp32 adapters and no per-adapter input casts (the PEFT path)."""
+    m16 = _lora_70b({})
+    m8 = _lora_70b({"fp8_params": True})
+    assert m8.details["weights: LoRA adapters"] == m16.details["weights: LoRA adapters"]
+    assert not [i for i in m8.activation_items if "casts" in i.name]
+    assert m8.details["weights: frozen base"] == pytest.approx(
+        m16.details["weights: frozen base"] / 2
+    )

@@ -114,6 +114,19 @@ class MegatronSpec(_Spec):
         "parameter in the optimizer shard instead of 4. Needs optimizer_dtype fp32 and 16-bit "
         "parameters (not fp8_params).",
     )
+    fp8_dot_product_attention: bool = Field(
+        default=False,
+        description="Transformer Engine runs attention in fp8 (`fp8_dot_product_attention`, "
+        "NeMo/MLPerf FP8_DPA=1, with the default NVTE_FP8_DPA_BWD=1): it keeps q, k, v and its "
+        "output for backward as their fp8 casts, 1 byte each instead of 2. Memory only: the "
+        "time model keeps attention at its 16-bit speed. Needs precision fp8-mixed.",
+    )
+    activation_func_fp8_input_store: bool = Field(
+        default=False,
+        description="The fused SwiGLU/GeGLU keeps its input for backward in fp8 e4m3 "
+        "(`activation_func_fp8_input_store`, NeMo/MLPerf FP8_ACT=1): 1 byte per element "
+        "instead of 2.",
+    )
     activation_offload_layers: int = Field(
         default=0,
         ge=0,
@@ -325,7 +338,8 @@ class JobSpec(_Spec):
     megatron: MegatronSpec | None = Field(
         default=None,
         description="framework megatron only: {fp8_params, grad_reduce_in_fp32, "
-        "optimizer_dtype, param_remainders, activation_offload_layers}, the Megatron-Core "
+        "optimizer_dtype, param_remainders, fp8_dot_product_attention, "
+        "activation_func_fp8_input_store, activation_offload_layers}, the Megatron-Core "
         "and NeMo settings that change what each rank keeps.",
     )
     loss_chunks: int | None = Field(
@@ -388,6 +402,15 @@ class JobSpec(_Spec):
         ):
             raise ValueError(
                 f"megatron.fp8_params: needs precision fp8-mixed, not {self.precision}"
+            )
+        if (
+            self.megatron is not None
+            and self.megatron.fp8_dot_product_attention
+            and self.precision != "fp8-mixed"
+        ):
+            raise ValueError(
+                "megatron.fp8_dot_product_attention: needs precision fp8-mixed, not "
+                f"{self.precision}"
             )
         if self.megatron is not None and self.megatron.param_remainders:
             if self.megatron.optimizer_dtype != "fp32" or self.megatron.fp8_params:

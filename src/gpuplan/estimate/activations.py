@@ -66,6 +66,11 @@ class Numerics:
     fp8_linear_inputs: bool = False
     """Transformer Engine fp8 linears keep their input as the fp8 cast they computed with
     (1 byte; ``transformer_engine/pytorch/module/linear.py``), for the weight gradient."""
+    fp8_attention: bool = False
+    """Transformer Engine's fp8 fused attention keeps q, k, v and its output as fp8 casts
+    (1 byte; Megatron ``fp8_dot_product_attention``)."""
+    fp8_activation_input: bool = False
+    """Megatron's fused SwiGLU keeps its input in fp8 e4m3 (``activation_func_fp8_input_store``)."""
     fused_kernels: bool = False
     """Transformer Engine (Megatron): fused norm + linear keeps the 16-bit norm input and the
     fp32 rstd, the fused SwiGLU keeps its input (and the down projection its own input), and
@@ -197,13 +202,18 @@ def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool
     repeat = shape.kv_heads < shape.heads and shape.family == "decoder" and not num.fused_kernels
     kv_saved = width_q if repeat else width_kv  # HF repeat_kv materialises full-width K/V
     if fused:
+        qkvo = 1 if num.fp8_attention else a  # fp8 attention keeps its fp8 casts
+        tag = " (fp8)" if num.fp8_attention else ""
         items.append(
-            Item(name="attn q, k, v (SDPA inputs)", bytes_per_token=a * (width_q + 2 * kv_saved))
+            Item(
+                name=f"attn q, k, v (SDPA inputs){tag}",
+                bytes_per_token=qkvo * (width_q + 2 * kv_saved),
+            )
         )
         items.append(
             Item(
-                name="attn SDPA output + logsumexp",
-                bytes_per_token=a * width_q + FP32 * shape.heads,
+                name=f"attn SDPA output + logsumexp{tag}",
+                bytes_per_token=qkvo * width_q + FP32 * shape.heads,
             )
         )
     else:
@@ -267,7 +277,12 @@ def _mlp(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
         items += _linear_inputs(up_roles, h, num, tr, "mlp up", fp32_input=True)
     if shape.gated and (num.compiled or num.fused_kernels):
         kind = "compiled" if num.compiled else "fused SwiGLU input"
-        items.append(Item(name=f"mlp gate and up outputs ({kind})", bytes_per_token=k * 2 * a * f))
+        fp8_in = num.fp8_activation_input and not num.compiled
+        kind += ", fp8" if fp8_in else ""
+        width = 1 if fp8_in else a
+        items.append(
+            Item(name=f"mlp gate and up outputs ({kind})", bytes_per_token=k * 2 * width * f)
+        )
     elif shape.gated:
         # act(gate) * up: activation saves its input; the product saves both factors
         items.append(Item(name="mlp gate output (activation input)", bytes_per_token=k * a * f))

@@ -150,6 +150,8 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
             grad_reduce_in_fp32=spec.megatron.grad_reduce_in_fp32,
             optimizer_bf16=spec.megatron.optimizer_dtype == "bf16",
             param_remainders=spec.megatron.param_remainders,
+            fp8_attention=spec.megatron.fp8_dot_product_attention,
+            fp8_activation_input=spec.megatron.activation_func_fp8_input_store,
         ),
         activation_offload_layers=0
         if spec.megatron is None

@@ -230,7 +230,13 @@ def layout_for(job: MemoryJob, st: Strategy) -> StateLayout:
 
 
 def _engine_16bit(lay: StateLayout) -> bool:
-    return lay.engine in ("deepspeed", "megatron", "apex") and lay.param_bytes == 2
+    """Whether the engine casts the whole module to 16 bits (adapters included). Megatron's
+    ``fp8_params`` (1-byte parameters) makes only Transformer Engine's linears fp8
+    (``fp8_model_init``); NeMo's LoRA adapters are plain layers built in the 16-bit model
+    dtype, so they stay 16-bit there too."""
+    if lay.engine == "megatron":
+        return lay.param_bytes in (1, 2)
+    return lay.engine in ("deepspeed", "apex") and lay.param_bytes == 2
 
 
 def trained(
@@ -498,6 +504,10 @@ def _transformer_activations(
         fused_loss=fw.fused_loss,
         attention_output_shared=fw.attention_output_shared,
         fp8_linear_inputs=fw.te_fp8_linears and job.precision == "fp8-mixed",
+        fp8_attention=job.megatron is not None
+        and job.megatron.fp8_attention
+        and job.precision == "fp8-mixed",
+        fp8_activation_input=job.megatron is not None and job.megatron.fp8_activation_input,
         loss_chunks=chunks,
         logits_upcast_in_model=chunks == 1
         and (fw.upcast_unchunked_logits or (fw.upcast_in_loss and not job.compiled)),

@@ -171,6 +171,15 @@ class MegatronOptions:
     """``DistributedDataParallelConfig.grad_reduce_in_fp32``: the ``main_grad`` buffer dtype."""
     optimizer_bf16: bool = False
     """Main parameters and moments in bf16 (Apex ``DistributedFusedAdam(dtype=bf16)``)."""
+    fp8_attention: bool = False
+    """``fp8_dot_product_attention``: Transformer Engine's fused attention in fp8 keeps the fp8
+    casts of q, k, v and its output for backward (``transformer_engine/pytorch/attention/
+    dot_product_attention/backends.py``, ``FusedAttnFunc.forward``: ``fp8_tensors = (q_fp8,
+    k_fp8, v_fp8, out_fp8)`` under delayed scaling with ``NVTE_FP8_DPA_BWD=1``, its default)."""
+    fp8_activation_input: bool = False
+    """``activation_func_fp8_input_store``: the fused SwiGLU saves its input as
+    ``torch.float8_e4m3fn`` (``megatron/core/fusions/fused_bias_swiglu.py``,
+    ``SwiGLUFunction.forward``; ``fused_bias_geglu.py`` alike)."""
     param_remainders: bool = False
     """fp32 main parameters stored as the low 16 bits the bf16 parameter lacks: Apex
     ``DistributedFusedAdam(store_param_remainders=True)`` (``apex/contrib/optimizers/
