@@ -411,3 +411,62 @@ def test_a_short_reduction_reaches_less_of_the_peak(cat) -> None:  # type: ignor
     assert kept(4096) == pytest.approx(0.96, abs=0.01)
     assert kept(768) == pytest.approx(0.82, abs=0.01)
     assert kept(768) < kept(4096) < kept(16384) < 1.0
+
+
+def _zero3(version: str | None, gpus: int, sharding: str = "zero3"):  # type: ignore[no-untyped-def]
+    """GPT-2 XL with ZeRO-3 on A100 nodes over 8 x 200 Gb/s, the global batch fixed at 256
+    and the micro-batch shrinking as the GPUs grow (as the SC21 paper's ZeRO-3 runs)."""
+    spec: dict[str, object] = {
+        "model": "gpt2-xl",
+        "seq_len": 1024,
+        "precision": "fp16-mixed",
+        "micro_batch_size": 256 // gpus,
+        "global_batch_size": 256,
+        "activation_checkpointing": "full",
+        "framework": "deepspeed",
+        "parallelism": {"sharding": sharding, "tp": 1, "pp": 1},
+        "work": {"steps": 10},
+    }
+    if version is not None:
+        spec["deepspeed"] = {"version": version}
+    gpu = load_catalog(use_user=False).gpu("A100-80GB")
+    topo = default_topology(gpu, gpus, inter_node_gbps=1600, fabric="infiniband")
+    return configure(parse_spec(spec), gpu, gpus, topo, require_fit=False).time
+
+
+def test_deepspeed_before_0_6_gathers_zero3_parameters_one_by_one() -> None:
+    """DeepSpeed 0.3.13-0.5.x fetches each ZeRO-3 parameter with its own all-gather after a
+    device synchronize, and copies one partition per rank out of it: that time is exposed
+    and grows with the ranks, so at a fixed global batch the step stops shrinking (the SC21
+    paper's ZeRO-3 rows: the same 67 s a step on 768 and 1,536 GPUs). 0.6.0 and later, and
+    ZeRO-1, keep today's model."""
+    from gpuplan.estimate.fit import model_shape
+    from gpuplan.estimate.speed import parameter_tensors
+
+    per_layer, outside = parameter_tensors(model_shape("gpt2-xl"))
+    assert (per_layer, outside) == (12, 3)  # 4 linears and 2 layer norms, weight and bias each
+    old, new = _zero3("0.3.13", 64), _zero3(None, 64)
+    assert _zero3("0.6.0", 64).step_time_s == pytest.approx(new.step_time_s)
+    assert old.parts["dp comm exposed"] > 5 * new.parts["dp comm exposed"]
+    assert any("gathers each of" in a for a in old.assumptions)
+    assert _zero3("0.3.13", 64, "zero1").step_time_s == pytest.approx(
+        _zero3(None, 64, "zero1").step_time_s
+    )
+    # twice the GPUs: the new model's step halves, the old one's gathers grow with the ranks
+    assert _zero3(None, 128).step_time_s < 0.6 * new.step_time_s
+    assert old.parts["dp comm exposed"] < _zero3("0.3.13", 128).parts["dp comm exposed"]
+
+
+def test_deepspeed_settings_are_checked() -> None:
+    base = {"model": "gpt2", "seq_len": 512}
+    with pytest.raises(GpuPlanError, match="deepspeed: its settings apply to framework deepspeed"):
+        parse_spec({**base, "deepspeed": {"version": "0.5.0"}})
+    with pytest.raises(GpuPlanError, match="deepspeed.version: 0.3.5 has no ZeRO-3"):
+        parse_spec(
+            {
+                **base,
+                "framework": "deepspeed",
+                "deepspeed": {"version": "0.3.5"},
+                "parallelism": {"sharding": "zero3"},
+            }
+        )

@@ -86,6 +86,24 @@ class LoraSpec(_Spec):
     )
 
 
+class DeepSpeedSpec(_Spec):
+    """DeepSpeed settings that change how a rank communicates (framework: deepspeed only)."""
+
+    version: str | None = Field(
+        default=None,
+        pattern=r"^\d+\.\d+(\.\d+)?$",
+        description=(
+            "The DeepSpeed release the job runs, e.g. '0.3.16' (default: a current one). From "
+            "ZeRO-3's first release (0.3.13) until 0.6.0, ZeRO-3 fetched each parameter with "
+            "its own all-gather into a list of one partition per rank, which PyTorch copies out "
+            "one by one, and the prefetch synchronized the device before each "
+            "(partition_parameters.py, _allgather_param): per parameter a ring's latency and "
+            "one copy per rank, none of it hidden behind compute. 0.6.0 gathers a module's "
+            "parameters in one coalesced call."
+        ),
+    )
+
+
 class MegatronSpec(_Spec):
     """Megatron-Core settings that change what a rank keeps (framework: megatron only)."""
 
@@ -335,6 +353,11 @@ class JobSpec(_Spec):
         description="Optimizer kernel: foreach (torch's CUDA default, one parameter-sized temporary), "
         "fused, or a per-parameter loop.",
     )
+    deepspeed: DeepSpeedSpec | None = Field(
+        default=None,
+        description="framework deepspeed only: {version}, the DeepSpeed release (its ZeRO-3 "
+        "gathers changed in 0.6.0).",
+    )
     megatron: MegatronSpec | None = Field(
         default=None,
         description="framework megatron only: {fp8_params, grad_reduce_in_fp32, "
@@ -390,6 +413,21 @@ class JobSpec(_Spec):
                 + ", ".join(
                     map(str, nearest_multiples(self.global_batch_size, self.micro_batch_size))
                 )
+            )
+        if self.deepspeed is not None and self.framework != "deepspeed":
+            raise ValueError(
+                f"deepspeed: its settings apply to framework deepspeed only, not {self.framework}"
+            )
+        ds_version = self.deepspeed.version if self.deepspeed is not None else None
+        if (
+            ds_version is not None
+            and tuple(int(p) for p in ds_version.split(".")) < (0, 3, 13)
+            and isinstance(self.parallelism, ParallelismSpec)
+            and self.parallelism.sharding in ("zero3", "fsdp", "hsdp")
+        ):
+            raise ValueError(
+                f"deepspeed.version: {ds_version} has no ZeRO-3 (first in 0.3.13); use sharding "
+                "zero1 or zero2, or a later release"
             )
         if self.megatron is not None and self.framework != "megatron":
             raise ValueError(

@@ -13,7 +13,7 @@ import math
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
 from gpuplan.estimate import bounds as bnd
-from gpuplan.estimate.frameworks import FRAMEWORKS
+from gpuplan.estimate.frameworks import DS_COALESCED_GATHERS, FRAMEWORKS
 from gpuplan.estimate.interleave import with_interleaving
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
@@ -165,6 +165,9 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         grads_kept=spec.zero_grad == "zeros",
         loss_chunks=spec.loss_chunks,
         cnn_kernels=spec.cnn_kernels,
+        zero3_parameter_gathers=spec.deepspeed is not None
+        and spec.deepspeed.version is not None
+        and _version(spec.deepspeed.version) < DS_COALESCED_GATHERS,
     )
 
 

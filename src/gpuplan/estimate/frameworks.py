@@ -197,3 +197,13 @@ FRAMEWORKS: dict[str, Framework] = {
         shardings=("none", "zero2", "zero3", "fsdp", "hsdp"),
     ),
 }
+
+
+DS_COALESCED_GATHERS = (0, 6, 0)
+"""First DeepSpeed release whose ZeRO-3 fetch gathers a module's parameters in one call
+(``all_gather_coalesced`` in ``PartitionedParameterCoordinator.fetch_sub_module``, v0.6.0,
+2022-03-07). From v0.3.13 (ZeRO-3's first release, 2021-03-16) to v0.5.4 it called
+``_allgather_param`` once per parameter (``deepspeed/runtime/zero/partition_parameters.py``):
+``torch.cuda.synchronize()``, then ``torch.distributed.all_gather`` into a list of world-size
+partitions; v0.5.5-v0.5.10 gathered a module's list at once (``_allgather_params``) but still
+copied every parameter out of it one rank's partition at a time."""

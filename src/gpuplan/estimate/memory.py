@@ -101,6 +101,9 @@ class MemoryJob:
     cuda_context_bytes: float | None = None
     cnn_kernels: str = "eager"
     """How a CNN's kernels run (spec ``cnn_kernels``); decides time, not memory."""
+    zero3_parameter_gathers: bool = False
+    """DeepSpeed before 0.6.0: ZeRO-3 gathers each parameter on its own, a device synchronize
+    before each (spec ``deepspeed.version``); decides time, not memory."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
