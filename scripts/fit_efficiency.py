@@ -179,7 +179,6 @@ FIXED: frozenset[str] = frozenset(
         "Ada Lovelace.gemm",
         "Volta.gemm",
         "Volta.gemm_fp32",
-        "overlap.tensor_parallel",
     }
 )
 """Parameters not fitted, kept at their prior (``START``), because fitting them raised the

@@ -159,7 +159,7 @@ def test_stored_folds_cover_the_training_table() -> None:
     names = {c.name for c in loso.constants}
     assert names >= {"Ampere.gemm", "Hopper.gemm_fp8"}
     # a constant held at its prior (it raised its rows' LOSO error) is not listed as fitted
-    assert not names & {"Hopper.gemm", "overlap.tensor_parallel"}
+    assert "Hopper.gemm" not in names
     # every listed constant earns its place: fitting it lowers its rows' LOSO error
     assert all(c.helps for c in loso.constants)
 
