@@ -441,7 +441,7 @@ def test_deepspeed_before_0_6_gathers_zero3_parameters_one_by_one() -> None:
     paper's ZeRO-3 rows: the same 67 s a step on 768 and 1,536 GPUs). 0.6.0 and later, and
     ZeRO-1, keep today's model."""
     from gpuplan.estimate.fit import model_shape
-    from gpuplan.estimate.speed import parameter_tensors
+    from gpuplan.estimate.gathers import parameter_tensors
 
     per_layer, outside = parameter_tensors(model_shape("gpt2-xl"))
     assert (per_layer, outside) == (12, 3)  # 4 linears and 2 layer norms, weight and bias each

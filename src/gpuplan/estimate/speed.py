@@ -19,7 +19,7 @@ import math
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import comm
 from gpuplan.estimate.activations import Numerics, Trainable, layer_items_cached
-from gpuplan.estimate.calibration import ArchEfficiency, efficiencies, for_dtype
+from gpuplan.estimate.calibration import efficiencies, for_dtype
 from gpuplan.estimate.compute import (
     CNN_KERNELS,
     EAGER_DROPOUT_PASSES,
@@ -30,6 +30,7 @@ from gpuplan.estimate.compute import (
     transformer_step,
 )
 from gpuplan.estimate.frameworks import DS_COALESCED_GATHERS, FRAMEWORKS
+from gpuplan.estimate.gathers import deepspeed_parameter_gathers
 from gpuplan.estimate.lora import adapter_params_per_layer
 from gpuplan.estimate.memory import MemoryJob
 from gpuplan.estimate.numerics import PRECISIONS
@@ -161,48 +162,6 @@ def _score_bytes(job: MemoryJob) -> int:
     pb = PRECISIONS[job.precision]
     autocast = pb.autocast and FRAMEWORKS[job.framework].engine == "pytorch"
     return 2 if pb.act == 2 and not autocast else 4
-
-
-def parameter_tensors(shape: Shape) -> tuple[int, int]:
-    """Parameter tensors (weights, biases, norm scales) of one layer, and outside the layers
-    (embeddings, final norm, untied head): what a per-parameter engine gathers one by one."""
-    linear = sum(lin.count * (2 if lin.bias else 1) for lin in shape.linears)
-    linear_params = sum(lin.params for lin in shape.linears)
-    norms = max(0, shape.params_per_layer - linear_params) // max(1, shape.hidden)
-    outside = (
-        1
-        + (0 if shape.tied_embeddings else 1)
-        + max(1, shape.params_final_norm // max(1, shape.hidden))
-    )
-    return linear + norms, outside
-
-
-def _deepspeed_parameter_gathers(
-    shape: Shape,
-    st: Strategy,
-    layers_stage: int,
-    gather_bytes: float,
-    intra: comm.Link,
-    inter: comm.Link | None,
-    dp_per_node: int,
-    eff: ArchEfficiency,
-) -> tuple[float, int]:
-    """Seconds of one micro-batch's ZeRO-3 gathers in DeepSpeed 0.3.13-0.5.x, and the tensor
-    count. ``PartitionedParameterCoordinator.fetch_sub_module`` gathers every parameter of a
-    module by ``_allgather_param`` (``deepspeed/runtime/zero/partition_parameters.py``):
-    ``torch.cuda.synchronize()``, then ``torch.distributed.all_gather`` into a list of one
-    partition per rank, which ``ProcessGroupNCCL::allgather`` fills from a flat buffer with
-    one copy per rank. So each tensor pays a collective of its own (its ring's latency) and
-    one launch per rank, and the synchronize keeps compute from hiding any of it. The
-    checkpointed forward fetches again in backward (three fetches, not two)."""
-    per_layer, outside = parameter_tensors(shape)
-    tensors = per_layer * layers_stage + outside
-    shard = st.shard_degree
-    fetches = 3 if st.activation_checkpointing == "full" else 2
-    one = comm.collective_time(
-        "all-gather", gather_bytes / tensors, shard, dp_per_node, intra, inter
-    )
-    return fetches * tensors * (one + shard * eff.kernel_overhead_s), tensors
 
 
 def estimate_time(
@@ -337,7 +296,7 @@ def estimate_time(
             gather_bytes = stage_params * (pb.compute_copy or pb.param if full else 2)
             shard = st.shard_degree
             if job.zero3_parameter_gathers and st.sharding == "zero3":
-                serial, tensors = _deepspeed_parameter_gathers(
+                serial, tensors = deepspeed_parameter_gathers(
                     shape, st, layers_stage, gather_bytes, intra, inter, dp_per_node, eff
                 )
                 reduce = m * comm.collective_time(
