@@ -445,6 +445,8 @@ def test_deepspeed_before_0_6_gathers_zero3_parameters_one_by_one() -> None:
 
     per_layer, outside = parameter_tensors(model_shape("gpt2-xl"))
     assert (per_layer, outside) == (12, 3)  # 4 linears and 2 layer norms, weight and bias each
+    assert parameter_tensors(model_shape("llama-3-8b")) == (9, 3)  # 7 linears, 2 RMSNorm scales
+    assert parameter_tensors(model_shape("resnet-50")) == (0, 53 + 2 * 53 + 2)
     old, new = _zero3("0.3.13", 64), _zero3(None, 64)
     assert _zero3("0.6.0", 64).step_time_s == pytest.approx(new.step_time_s)
     assert old.parts["dp comm exposed"] > 5 * new.parts["dp comm exposed"]

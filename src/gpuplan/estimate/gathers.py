@@ -15,7 +15,12 @@ from gpuplan.estimate.strategy import Strategy
 
 def parameter_tensors(shape: Shape) -> tuple[int, int]:
     """Parameter tensors (weights, biases, norm scales) of one layer, and outside the layers
-    (embeddings, final norm, untied head): what a per-parameter engine gathers one by one."""
+    (embeddings, final norm, untied head): what a per-parameter engine gathers one by one.
+    A CNN has no repeated layer: all its tensors count as outside (a convolution's weight, a
+    batch norm's scale and shift, a linear layer's weight and bias)."""
+    if shape.family == "cnn":
+        per_kind = {"conv": 1, "batchnorm": 2, "linear": 2}
+        return 0, sum(per_kind.get(layer.kind, 0) for layer in shape.cnn_layers)
     linear = sum(lin.count * (2 if lin.bias else 1) for lin in shape.linears)
     linear_params = sum(lin.params for lin in shape.linears)
     norms = max(0, shape.params_per_layer - linear_params) // max(1, shape.hidden)
