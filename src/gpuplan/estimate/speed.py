@@ -307,10 +307,14 @@ def estimate_time(
                 dp_exposed = serial * m + hidden
                 assumptions.append(
                     f"DeepSpeed before {'.'.join(map(str, DS_COALESCED_GATHERS))}: ZeRO-3 "
-                    f"gathers each of {tensors} parameter tensors on its own "
-                    f"({3 if st.activation_checkpointing == 'full' else 2} times a micro-batch "
-                    f"with the checkpointed forward), a device synchronize before each and one "
-                    f"copy per rank after: {serial * m:.2f} s a step, none of it hidden"
+                    f"gathers each of {tensors} parameter tensors on its own ("
+                    + (
+                        "3 times a micro-batch: the checkpointed forward fetches again"
+                        if st.activation_checkpointing == "full"
+                        else "twice a micro-batch"
+                    )
+                    + f"), a device synchronize before each and one copy per rank after: "
+                    f"{serial * m:.2f} s a step, none of it hidden"
                 )
             else:
                 per_micro = 2 * comm.collective_time(
