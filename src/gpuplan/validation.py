@@ -114,7 +114,9 @@ class Report:
 
     @property
     def under_predicted(self) -> int:
-        """Rows predicted more than 10% below the measurement (a dangerous 'fits')."""
+        """Rows predicted more than 10% below the measurement: for memory a dangerous 'fits';
+        for training it depends on the metric (a low speed is a pessimistic plan, a low time an
+        optimistic one), so training also counts :attr:`time_under_predicted`."""
         return sum(1 for r in self.rows if r.error is not None and r.error < -0.10)
 
     @property
