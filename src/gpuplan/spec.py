@@ -421,7 +421,7 @@ class JobSpec(_Spec):
         ds_version = self.deepspeed.version if self.deepspeed is not None else None
         if (
             ds_version is not None
-            and tuple(int(p) for p in ds_version.split(".")) < (0, 3, 13)
+            and release(ds_version) < DS_FIRST_ZERO3
             and isinstance(self.parallelism, ParallelismSpec)
             and self.parallelism.sharding in ("zero3", "fsdp", "hsdp")
         ):
@@ -502,6 +502,15 @@ class JobSpec(_Spec):
     def compute_dtype(self) -> str:
         """The hardware dtype of the step's matmuls (bf16, fp16, fp8, tf32, fp32)."""
         return COMPUTE_DTYPE[self.precision]
+
+
+def release(text: str) -> tuple[int, ...]:
+    """A dotted release string ('0.43.2') as a comparable tuple (the spec's pattern checks it)."""
+    return tuple(int(part) for part in text.split("."))
+
+
+DS_FIRST_ZERO3 = (0, 3, 13)
+"""DeepSpeed's first release with ZeRO stage 3 (v0.3.13, 2021-03-16)."""
 
 
 def nearest_multiples(value: int, unit: int) -> list[int]:

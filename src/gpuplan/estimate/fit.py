@@ -25,7 +25,7 @@ from gpuplan.estimate.memory import (
 from gpuplan.estimate.shape import Shape, shape_of
 from gpuplan.estimate.sharding import MegatronOptions, check_sharding
 from gpuplan.estimate.strategy import Strategy, candidate_layouts, grad_accum_for
-from gpuplan.spec import JobSpec, ParallelismSpec, nearest_multiples
+from gpuplan.spec import JobSpec, ParallelismSpec, nearest_multiples, release
 
 MAX_MICRO_BATCH_SEARCH = 4096
 
@@ -110,10 +110,6 @@ BNB_FREES_INPUTS = (0, 43, 2)
 instead of ``(A, B)`` (bitsandbytes PR #1270, commit 9e753741, 2024-07-16)."""
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
-
-
 def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
     """The memory-relevant part of a spec, resolved against the model."""
     roles: frozenset[str] = frozenset()
@@ -126,7 +122,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         roles = lora_roles(spec.lora.targets, shape)
         rank, dropout, double_quant = spec.lora.rank, spec.lora.dropout, spec.lora.double_quant
         bnb = spec.lora.bitsandbytes
-        bnb_keeps_inputs = bnb is not None and _version(bnb) < BNB_FREES_INPUTS
+        bnb_keeps_inputs = bnb is not None and release(bnb) < BNB_FREES_INPUTS
     if spec.method == "qlora" and spec.precision in ("fp32", "tf32"):
         raise SpecError(
             "precision: qlora computes in 16 bits; use bf16-mixed, bf16-true, fp16-mixed or fp16-true"
@@ -167,7 +163,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         cnn_kernels=spec.cnn_kernels,
         zero3_parameter_gathers=spec.deepspeed is not None
         and spec.deepspeed.version is not None
-        and _version(spec.deepspeed.version) < DS_COALESCED_GATHERS,
+        and release(spec.deepspeed.version) < DS_COALESCED_GATHERS,
     )
 
 
