@@ -19,12 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _caches import clear_estimate_caches  # benchmarks/: every timed run starts cold
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _median(fn: Callable[[], Any], n: int) -> float:
     times = []
     for _ in range(n):
+        clear_estimate_caches()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
@@ -35,6 +38,7 @@ def _cpu(fn: Callable[[], Any], n: int) -> float:
     """Median CPU seconds of this process (all threads): what a busy shared machine cannot inflate."""
     times = []
     for _ in range(n):
+        clear_estimate_caches()
         t0 = time.process_time()
         fn()
         times.append(time.process_time() - t0)

@@ -472,3 +472,52 @@ def test_deepspeed_settings_are_checked() -> None:
                 "parallelism": {"sharding": "zero3"},
             }
         )
+
+
+def test_memoised_estimates_match_cold_ones(cat) -> None:  # type: ignore[no-untyped-def]
+    """The compute step and the memory steps 1-3 are cached on their arguments: a warm cache
+    (filled by other layouts, GPUs and counts first) gives what a cold one does."""
+    from gpuplan.estimate import activations, compute, memory
+    from gpuplan.estimate.fit import memory_job, model_shape
+    from gpuplan.estimate.speed import estimate_time
+    from gpuplan.estimate.strategy import Strategy
+
+    def clear() -> None:
+        for fn in (memory.model_bytes, compute.transformer_step, compute.cnn_step):
+            fn.cache_clear()
+        activations.layer_items_cached.cache_clear()
+
+    cases = []
+    for model, layouts in (
+        (
+            "llama-3-8b",
+            [
+                dict(dp=8),
+                dict(dp=8, sharding="zero3"),
+                dict(tp=2, dp=4),
+                dict(pp=2, dp=4, grad_accum=4),
+            ],
+        ),
+        ("resnet-50", [dict(dp=1), dict(dp=8)]),
+    ):
+        text = {"seq_len": 1024} if model != "resnet-50" else {}
+        spec = parse_spec({"model": model, "micro_batch_size": 2, **text})
+        shape = model_shape(model)
+        job = memory_job(spec, shape)
+        for gpu_id in ("A100-80GB", "H100-SXM"):
+            gpu = cat.gpu(gpu_id)
+            for kw in layouts:
+                st = Strategy(micro_batch_size=2, **kw)
+                cases.append((shape, job, st, gpu, default_topology(gpu, st.gpus)))
+    clear()
+    warm = []
+    for shape, job, st, gpu, topo in cases:
+        t = estimate_time(shape, job, st, gpu, topo)
+        m = memory.estimate_memory(shape, job, st, gpu)
+        warm.append((t.step_time_s, t.parts, m.device_used_bytes, m.breakdown))
+    for case, expected in zip(cases, warm, strict=True):
+        clear()
+        shape, job, st, gpu, topo = case
+        t = estimate_time(shape, job, st, gpu, topo)
+        m = memory.estimate_memory(shape, job, st, gpu)
+        assert (t.step_time_s, t.parts, m.device_used_bytes, m.breakdown) == expected

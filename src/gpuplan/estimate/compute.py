@@ -15,6 +15,7 @@ checkpointing reruns each layer's forward.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate.activations import Item, Trainable
@@ -41,11 +42,10 @@ KERNELS_PER_LAYER = 40
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ComputeTime:
-    """Per-micro-batch (layers, head) and per-step (optimizer) compute, seconds and FLOPs."""
+    """Per-micro-batch compute of the layers and the head, seconds and FLOPs."""
 
     layer_s: float
     head_s: float
-    optimizer_s: float
     model_flops_per_micro_batch: float
     hardware_flops_per_micro_batch: float
     parts: dict[str, float]
@@ -112,26 +112,32 @@ def peak_flops(gpu: GpuSpec, dtype: str) -> float:
     return float(value) * 1e12
 
 
+@functools.lru_cache(maxsize=4096)
 def transformer_step(
     shape: Shape,
-    gpu: GpuSpec,
     st: Strategy,
     *,
+    peak: float,
+    peak16: float,
+    bw: float,
     seq: int,
     attention_seq: int | None = None,
     dtype: str,
     act_bytes: int,
     tr: Trainable,
-    items: list[Item],
+    items: tuple[Item, ...],
     eff: ArchEfficiency,
     fused_attention: bool,
-    trainable_params_per_gpu: float,
     cudnn_attention: bool = False,
     eff16: ArchEfficiency | None = None,
-    optimizer_bytes_per_param: float,
     score_bytes: int = 4,
 ) -> ComputeTime:
-    """Compute time of the worst pipeline stage for one micro-batch, and of the optimizer step.
+    """Compute time of the worst pipeline stage for one micro-batch.
+
+    ``peak`` is the dense peak FLOP/s in ``dtype``, ``peak16`` the 16-bit one, ``bw`` the
+    memory bandwidth in bytes/s (:func:`peak_flops`, the GPU's datasheet). Of ``st`` only the
+    tensor and pipeline degrees, the micro-batch and the checkpointing matter; the function is
+    pure and cached (a plan times the same micro-batch on many offerings and GPU counts).
 
     ``eff16`` is the 16-bit efficiency, for what fp8 recipes keep in 16 bits (the LM head).
     ``score_bytes``: bytes of one materialised attention score in eager attention (4 under
@@ -140,12 +146,9 @@ def transformer_step(
     masking attend within a document); default ``seq``.
     """
     ctx = attention_seq or seq
-    peak = peak_flops(gpu, dtype)
-    peak16 = peak_flops(gpu, "bf16")
     # a GEMM's fixed cost (launch, tail, wave quantisation) is a time: in FLOPs it grows
     # with the peak, so fp8's half-efficiency size is the 16-bit one scaled by the peak ratio
     half = eff.gemm_half_size * (peak / peak16 if dtype == "fp8" else 1.0)
-    bw = gpu.memory_bandwidth_gb_per_s * 1e9
     a = act_bytes
     tokens = st.micro_batch_size * seq
     tp = st.tp
@@ -206,7 +209,7 @@ def transformer_step(
         if dtype in ("fp32", "tf32"):
             att_peak, att = peak, eff.gemm * ATTENTION_PRIOR
         else:
-            att_peak = peak_flops(gpu, "bf16")
+            att_peak = peak16
             att = eff.attention_cudnn if cudnn_attention else eff.attention
         att_eff = dataclasses.replace(eff, gemm=att)
         t_attn = _gemm_time(attn_fwd * (1 + FLASH_BWD_FACTOR), 0.0, att_peak, bw, att_eff)
@@ -254,13 +257,11 @@ def transformer_step(
         )
         head_s += 3 * tokens * shape.vocab / tp * 4 / (bw * eff.hbm)  # fp32 loss passes
         head_flops *= 1 + head_bwd
-    opt_s = trainable_params_per_gpu * optimizer_bytes_per_param / (bw * eff.hbm)
     model = layers * (3 * gemm_fwd + 3 * attn_fwd) + (head_flops if tr.full else head_flops * 1.5)
     hw = layers * (gemm_fwd + gemm_bwd + attn_hw) + head_flops
     return ComputeTime(
         layer_s=layer_s,
         head_s=head_s,
-        optimizer_s=opt_s,
         model_flops_per_micro_batch=model,
         hardware_flops_per_micro_batch=hw,
         parts={
@@ -299,27 +300,26 @@ CNN_KERNELS = {
 }
 
 
+@functools.lru_cache(maxsize=1024)
 def cnn_step(
     shape: Shape,
-    gpu: GpuSpec,
-    st: Strategy,
+    micro_batch_size: int,
     *,
+    peak: float,
+    bw: float,
     dtype: str,
     act_bytes: int,
     eff: ArchEfficiency,
     image_scale: float,
-    trainable_params_per_gpu: float,
-    optimizer_bytes_per_param: float,
     kernels: str = "eager",
 ) -> ComputeTime:
     """Compute time of a CNN micro-batch: convolutions as GEMMs, BN/ReLU memory-bound.
 
+    ``peak`` is the dense peak FLOP/s in ``dtype`` and ``bw`` the memory bandwidth in bytes/s.
     ``kernels`` (spec ``cnn_kernels``) decides the element-wise passes (:data:`EAGER_PASSES`
     or :data:`FUSED_PASSES`) and whether NCHW transposes are paid (eager, tensor-core dtypes).
     """
-    peak = peak_flops(gpu, dtype)
-    bw = gpu.memory_bandwidth_gb_per_s * 1e9
-    b = st.micro_batch_size
+    b = micro_batch_size
     t = 0.0
     fwd = 0.0
     elem_bytes = 0.0
@@ -348,14 +348,12 @@ def cnn_step(
     t_elem = elem_bytes / (bw * eff.hbm)
     t_transpose = transpose_bytes / (bw * eff.hbm)
     t += t_elem + t_transpose + launches * eff.kernel_overhead_s
-    opt_s = trainable_params_per_gpu * optimizer_bytes_per_param / (bw * eff.hbm)
     parts = {"convolutions": t - t_elem - t_transpose, "elementwise": t_elem}
     if t_transpose:
         parts["NCHW transposes"] = t_transpose
     return ComputeTime(
         layer_s=t,
         head_s=0.0,
-        optimizer_s=opt_s,
         model_flops_per_micro_batch=3 * fwd,
         hardware_flops_per_micro_batch=3 * fwd,
         parts=parts,

@@ -31,6 +31,7 @@ the ``details`` labels are for display only and never feed a sum.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from gpuplan.catalog.schema import GpuSpec
@@ -606,10 +607,10 @@ def activation_bytes(
 
 
 def runtime_bytes(
-    job: MemoryJob, st: Strategy, gpu: GpuSpec | None, allocated_model: float
+    job: MemoryJob, st: Strategy, cublas: float, allocated_model: float
 ) -> RuntimeBytes:
-    """Step 4: cuBLAS workspaces, allocator reserve, CUDA context, NCCL buffers."""
-    cublas = ovh.cublas_workspace_bytes(gpu)
+    """Step 4: cuBLAS workspaces (``cublas``, :func:`overheads.cublas_workspace_bytes` of the
+    GPU), allocator reserve, CUDA context, NCCL buffers."""
     comms = sum(1 for deg in (st.dp, st.tp, st.pp, st.cp) if deg > 1)
     return RuntimeBytes(
         cublas=cublas,
@@ -618,6 +619,44 @@ def runtime_bytes(
             job.cuda_context_bytes if job.cuda_context_bytes is not None else ovh.CUDA_CONTEXT_BYTES
         ),
         nccl=ovh.nccl_bytes(comms),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ModelBytes:
+    """Steps 1-3 of a memory estimate: what the job keeps, whatever the GPU it runs on."""
+
+    layout: StateLayout
+    trained: Trained
+    weights: WeightBytes
+    training_state: TrainingStateBytes
+    activations: ActivationBytes
+    assumptions: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=8192)
+def model_bytes(
+    shape: Shape, job: MemoryJob, st: Strategy, image_size: int | None = None
+) -> ModelBytes:
+    """Weights, gradients and optimizer state, and activations of ``shape`` under ``st``.
+
+    None of it depends on the GPU (only the runtime overheads and the capacity do), so a plan
+    over many offerings computes it once per layout: the function is pure and cached.
+    """
+    assumptions: list[str] = []
+    stage = stage_params(shape, st)
+    lay = layout_for(job, st)
+    tr = trained(shape, job, st, stage, lay)
+    w = weight_bytes(shape, job, st, stage, lay, tr, assumptions)
+    ts = training_state_bytes(shape, job, st, stage, lay, tr, assumptions)
+    act = activation_bytes(shape, job, st, lay, tr, image_size, assumptions)
+    return ModelBytes(
+        layout=lay,
+        trained=tr,
+        weights=w,
+        training_state=ts,
+        activations=act,
+        assumptions=tuple(assumptions),
     )
 
 
@@ -635,14 +674,14 @@ def estimate_memory(
 
     ``capacity_bytes`` defaults to what the device reports (``memory.total``) where the
     catalog has it, else the datasheet figure; ``device_used_bytes`` is compared with it.
+    Steps 1-3 (:func:`model_bytes`) do not depend on the GPU and are cached: a plan asks for
+    the same layout on many offerings.
     """
-    assumptions: list[str] = []
-    stage = stage_params(shape, st)
-    lay = layout_for(job, st)
-    tr = trained(shape, job, st, stage, lay)
-    w = weight_bytes(shape, job, st, stage, lay, tr, assumptions)
-    ts = training_state_bytes(shape, job, st, stage, lay, tr, assumptions)
-    act = activation_bytes(shape, job, st, lay, tr, image_size, assumptions)
+    cap, cap_basis = _capacity(gpu, capacity_bytes)
+    cublas = ovh.cublas_workspace_bytes(gpu)
+    mb = model_bytes(shape, job, st, image_size)
+    w, ts, act, lay, tr = mb.weights, mb.training_state, mb.activations, mb.layout, mb.trained
+    assumptions = list(mb.assumptions)
 
     # gradients are there through forward/backward when micro-batches accumulate, or
     # when zero_grad zeroes them in place instead of freeing them
@@ -667,7 +706,7 @@ def estimate_memory(
             "optimizer": ts.optimizer_state + ts.step_temporaries,
             "activations": 0.0,
         }
-    rt = runtime_bytes(job, st, gpu, max(fwd_bwd, step))
+    rt = runtime_bytes(job, st, cublas, max(fwd_bwd, step))
     allocated = max(fwd_bwd, step) + rt.cublas
     reserved = allocated + rt.reserve
     used = reserved + rt.context + rt.nccl
@@ -679,7 +718,6 @@ def estimate_memory(
     details["overhead: caching-allocator reserve"] = rt.reserve
     details["overhead: CUDA context"] = rt.context
     details["overhead: NCCL buffers"] = rt.nccl
-    cap, cap_basis = _capacity(gpu, capacity_bytes)
     usable = cap * (1 - safety_margin)
     assumptions += list(lay.notes)
     assumptions += [

@@ -210,19 +210,20 @@ def estimate_time(
             + (" (packed rows, attention within each document)" if job.packing else "")
             + f"; memory sized by the longest sample ({job.seq_len} tokens)"
         )
+    peak = peak_flops(gpu, dtype)
+    bw = gpu.memory_bandwidth_gb_per_s * 1e9
     if shape.family == "cnn":
         ref = shape.image_size or 224
         scale = ((image_size or ref) / ref) ** 2
         ct: ComputeTime = cnn_step(
             shape,
-            gpu,
-            st,
+            st.micro_batch_size,
+            peak=peak,
+            bw=bw,
             dtype=dtype,
             act_bytes=pb.act,
             eff=eff,
             image_scale=scale,
-            trainable_params_per_gpu=opt_params,
-            optimizer_bytes_per_param=opt_bytes,
             kernels=job.cnn_kernels,
         )
         assumptions.append(CNN_KERNELS[job.cnn_kernels])
@@ -237,11 +238,19 @@ def estimate_time(
             lora_dropout=job.lora_dropout,
             quantized_base=job.method == "qlora",
         )
-        items = list(layer_items_cached(shape, num, tr, attn_seq, job.fused_attention))
+        items = layer_items_cached(shape, num, tr, attn_seq, job.fused_attention)
         ct = transformer_step(
             shape,
-            gpu,
-            st,
+            # what the micro-batch's compute depends on (the cache key): not dp, sharding
+            Strategy(
+                tp=st.tp,
+                pp=st.pp,
+                micro_batch_size=st.micro_batch_size,
+                activation_checkpointing=st.activation_checkpointing,
+            ),
+            peak=peak,
+            peak16=peak_flops(gpu, "bf16"),
+            bw=bw,
             # context parallelism: each rank computes seq / cp queries against the whole
             # context (load-balanced causal chunks)
             seq=max(1, seq // st.cp),
@@ -254,8 +263,6 @@ def estimate_time(
             fused_attention=job.fused_attention,
             cudnn_attention=cudnn,
             eff16=eff_all.arch(gpu),
-            trainable_params_per_gpu=opt_params,
-            optimizer_bytes_per_param=opt_bytes,
             score_bytes=score_bytes,
         )
         if not job.fused_attention:
@@ -272,7 +279,8 @@ def estimate_time(
     bubble_frac = (st.pp - 1) / (st.vp * m + st.pp - 1) if st.pp > 1 else 0.0
     compute = m * micro
     bubble = compute * bubble_frac / (1 - bubble_frac) if bubble_frac < 1 else math.inf
-    optimizer_s = ct.optimizer_s
+    # the optimizer step streams its state once (fused or for-each kernels, memory-bound)
+    optimizer_s = opt_params * opt_bytes / (bw * eff.hbm)
     if st.offload != "none":
         pcie = eff_all.pcie_gb_per_s.get(gpu.pcie_generation or 4, 31.5) * 1e9 * 0.7
         optimizer_s = trainable_stage * (pb.grad + pb.param) / pcie + trainable_stage / 1e9
@@ -380,7 +388,6 @@ def estimate_time(
     model_flops_step = (
         ct.model_flops_per_micro_batch * m * st.dp * st.cp * st.tp * (shape.layers / layers_stage)
     )
-    peak = peak_flops(gpu, dtype)
     mfu = model_flops_step / (step * gpus * peak)
     steps = _work_steps(work, global_samples, tokens_per_sample)
     ttt = steps * step if steps is not None else None
