@@ -72,3 +72,12 @@ def test_memory_total_needs_a_source_and_a_plausible_size() -> None:
         GpuSpec.model_validate({**h100, "memory_total_source": None})
     with pytest.raises(ValueError, match="memory_bytes"):
         GpuSpec.model_validate({**h100, "memory_total_mib": 8192})
+
+
+def test_measured_matmul_needs_a_source_and_a_plausible_size() -> None:
+    a100 = load_catalog(use_user=False).gpu("A100-80GB").model_dump()
+    with pytest.raises(ValueError, match="matmul_measured_source"):
+        GpuSpec.model_validate({**a100, "matmul_measured_source": None})
+    with pytest.raises(ValueError, match="16-bit peak"):
+        GpuSpec.model_validate({**a100, "matmul_tflops_measured": 31.2})  # an fp32 figure
+    assert GpuSpec.model_validate(a100).matmul_fraction == pytest.approx(271.2 / 312)

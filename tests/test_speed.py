@@ -521,3 +521,25 @@ def test_memoised_estimates_match_cold_ones(cat) -> None:  # type: ignore[no-unt
         t = estimate_time(shape, job, st, gpu, topo)
         m = memory.estimate_memory(shape, job, st, gpu)
         assert (t.step_time_s, t.parts, m.device_used_bytes, m.breakdown) == expected
+
+
+def test_tensor_core_efficiency_follows_each_gpus_measured_matmul(cat) -> None:  # type: ignore[no-untyped-def]
+    """Cards of one architecture share its fitted values, scaled by how much of the datasheet
+    peak each reaches in a measured best matmul against the architecture's reference GPU:
+    the A100 PCIe (81%) below the SXM (87%), the half-rate RTX 3090 (96%) above; plain fp32,
+    bandwidth, and a card with no measurement (RTX A6000) stay at the architecture's values."""
+    effs = efficiencies()
+    ampere = effs.archs["Ampere"]
+    sxm, pcie = effs.arch(cat.gpu("A100-80GB")), effs.arch(cat.gpu("A100-80GB-PCIE"))
+    rtx3090, a6000 = effs.arch(cat.gpu("RTX-3090")), effs.arch(cat.gpu("RTX-A6000"))
+    assert sxm.gemm == ampere.gemm and a6000 == ampere
+    assert pcie.gemm == pytest.approx(ampere.gemm * (252.9 / 312) / ampere.matmul_reference)
+    assert pcie.attention / ampere.attention == pytest.approx(pcie.gemm / ampere.gemm)
+    assert rtx3090.gemm > ampere.gemm and "RTX-3090" in rtx3090.basis
+    assert (pcie.gemm_fp32, pcie.hbm) == (ampere.gemm_fp32, ampere.hbm)
+    spec = parse_spec({"model": "bert-large", "seq_len": 384, "micro_batch_size": 32})
+    step = {
+        g: configure(spec, cat.gpu(g), 1, default_topology(cat.gpu(g), 1)).time.step_time_s
+        for g in ("A100-80GB", "A100-80GB-PCIE")
+    }
+    assert step["A100-80GB-PCIE"] > step["A100-80GB"]  # same datasheet, less sustained

@@ -121,6 +121,15 @@ class GpuSpec(_Frozen):
     peak_tflops_dense: dict[Dtype, float] = Field(
         description="Dense peak TFLOPS (TOPS for int8) per dtype; absent = unsupported."
     )
+    matmul_tflops_measured: float | None = Field(
+        default=None,
+        gt=0,
+        description="Best measured dense 16-bit matmul TFLOP/s (torch.matmul, the best of many "
+        "shapes: 'maximum achievable matmul FLOPS'); None where no measurement is cited.",
+    )
+    matmul_measured_source: str | None = Field(
+        default=None, description="Where matmul_tflops_measured was measured (and with what)."
+    )
     nvlink_generation: int | None = Field(
         default=None, ge=1, description="NVLink generation, None if none."
     )
@@ -165,6 +174,29 @@ class GpuSpec(_Frozen):
                     "expected the same device memory in MiB"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _matmul_sourced(self) -> GpuSpec:
+        if self.matmul_tflops_measured is not None:
+            if not self.matmul_measured_source:
+                raise ValueError("matmul_tflops_measured needs matmul_measured_source")
+            peak = self.peak_tflops_dense.get("bf16") or self.peak_tflops_dense.get("fp16")
+            if not peak:
+                raise ValueError("matmul_tflops_measured needs a 16-bit peak to compare with")
+            if not 0.3 <= self.matmul_tflops_measured / peak <= 1.2:
+                raise ValueError(
+                    f"matmul_tflops_measured {self.matmul_tflops_measured} is "
+                    f"{self.matmul_tflops_measured / peak:.2f} x the 16-bit peak; expected 0.3-1.2"
+                )
+        return self
+
+    @property
+    def matmul_fraction(self) -> float | None:
+        """Measured best 16-bit matmul over the dense 16-bit datasheet peak, where measured."""
+        if self.matmul_tflops_measured is None:
+            return None
+        peak = self.peak_tflops_dense.get("bf16") or self.peak_tflops_dense["fp16"]
+        return self.matmul_tflops_measured / peak
 
     @property
     def capacity_bytes(self) -> int:

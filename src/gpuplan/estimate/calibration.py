@@ -46,6 +46,9 @@ class ArchEfficiency:
     gemm_half_size: float
     step_overhead: float
     basis: str
+    matmul_reference: float | None = None
+    """The measured best-matmul fraction of the GPU the architecture's tensor-core values refer
+    to (:attr:`GpuSpec.matmul_fraction`); None where no GPU of the architecture has one."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,12 +70,45 @@ class Efficiencies:
     virtualization: dict[str, float]
 
     def arch(self, gpu: GpuSpec) -> ArchEfficiency:
-        """Parameters for the GPU's architecture (falls back to Hopper's, stated as prior)."""
-        return self.archs.get(gpu.architecture) or dataclasses.replace(
+        """Parameters for the GPU's architecture (falls back to Hopper's, stated as prior),
+        scaled to the GPU by its measured best matmul (:func:`for_gpu`)."""
+        eff = self.archs.get(gpu.architecture) or dataclasses.replace(
             self.archs["Hopper"],
             architecture=gpu.architecture,
             basis=f"no parameters for {gpu.architecture}: Hopper's used as a prior",
         )
+        return for_gpu(eff, gpu)
+
+
+def for_gpu(eff: ArchEfficiency, gpu: GpuSpec) -> ArchEfficiency:
+    """``eff`` for one GPU of its architecture: tensor-core efficiencies scaled by how much of its
+    datasheet peak the GPU reaches in a measured best matmul against the architecture's
+    reference GPU (``matmul_reference``).
+
+    GPUs of one architecture reach different fractions of their datasheet peaks: the peak is
+    quoted at the boost clock, and a card with less power to spend per SM holds a lower clock
+    under tensor-core load (A100 PCIe 81% against A100 SXM 87%), while a GeForce card whose
+    FP32-accumulate rate is halved keeps its tensor cores fed (RTX 3090: 96%). Training steps
+    run the same kernels, so their GEMMs and fused attention scale alike. Plain fp32 (CUDA cores)
+    and memory bandwidth are left as they are. Where either figure is missing, ``eff`` is
+    returned unchanged.
+    """
+    frac = gpu.matmul_fraction
+    if frac is None or eff.matmul_reference is None:
+        return eff
+    r = frac / eff.matmul_reference
+    if abs(r - 1.0) < 0.005:  # the reference GPU itself (its fraction is stated to 3 digits)
+        return eff
+    return dataclasses.replace(
+        eff,
+        gemm=min(1.0, eff.gemm * r),
+        gemm_fp8=min(1.0, eff.gemm_fp8 * r),
+        attention=min(1.0, eff.attention * r),
+        attention_cudnn=min(1.0, eff.attention_cudnn * r),
+        basis=f"{eff.basis}; tensor-core values x {r:.3f} for {gpu.id}, whose measured best "
+        f"matmul reaches {frac:.1%} of its 16-bit peak against {eff.matmul_reference:.1%} for "
+        "the architecture's reference GPU",
+    )
 
 
 def efficiencies() -> Efficiencies:
@@ -96,6 +132,8 @@ class _ArchFile(_File):
     kernel_overhead_us: float = Field(ge=0)
     gemm_half_size: float = Field(gt=0)
     step_overhead: float = Field(ge=0, lt=1)
+    matmul_reference: float | None = Field(gt=0, le=1.2)
+    """Stated for every architecture (null where none of its GPUs has a measured matmul)."""
     basis: str = Field(min_length=10)
 
 
@@ -156,6 +194,7 @@ def parse_efficiency_file(data: Any, origin: str = "efficiency.yaml") -> Efficie
             gemm_half_size=v.gemm_half_size,
             step_overhead=v.step_overhead,
             basis=" ".join(v.basis.split()),
+            matmul_reference=v.matmul_reference,
         )
         for name, v in f.architectures.items()
     }
