@@ -176,7 +176,6 @@ FIXED: frozenset[str] = frozenset(
         "Hopper.gemm",
         "Blackwell.gemm_fp8",
         "Blackwell.attention_cudnn",
-        "Ada Lovelace.gemm",
         "Volta.gemm",
         "Volta.gemm_fp32",
     }
@@ -251,7 +250,10 @@ def fit(
 CARRIED = (
     ("Ampere", "gemm_fp8", "Ampere", "gemm", 1.0),  # no fp8 on Ampere
     ("Ampere", "attention_cudnn", "Ampere", "attention", 1.0),  # FlashAttention-2 is native
+    ("Ada Lovelace", "gemm", "Ampere", "gemm", 1.0),  # Ampere's kernels (sm_80 cuBLAS, FA2)
     ("Ada Lovelace", "gemm_fp8", "Ada Lovelace", "gemm", 1.0),  # no fp8 row
+    ("Ada Lovelace", "attention", "Ampere", "attention", 1.0),
+    ("Ada Lovelace", "attention_cudnn", "Ampere", "attention", 1.0),
     ("Turing", "gemm", "Ampere", "gemm", 1.0),  # no Turing row
     ("Turing", "gemm_fp8", "Ampere", "gemm", 1.0),
     ("Turing", "attention", "Ampere", "attention", 1.0),

@@ -129,6 +129,9 @@ def test_loso_gates(cli, table: Path) -> None:  # type: ignore[no-untyped-def]
     assert "leave-one-source-out" in r.stderr
     ok = cli("validate", "memory", "--table", str(table), "--max-loso-median", "5")
     assert ok.exit_code == 0
+    narrow = cli("validate", "memory", "--table", str(table), "--max-width", "0")
+    assert narrow.exit_code == 1 and "--max-width" in narrow.stderr
+    assert cli("validate", "memory", "--table", str(table), "--max-width", "10").exit_code == 0
 
 
 def test_training_without_stored_folds_says_so(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

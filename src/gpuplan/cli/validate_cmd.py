@@ -108,6 +108,15 @@ MinCoverageOpt = Annotated[
         help="Exit 1 if fewer rows than this share fall inside their 80% bounds.",
     ),
 ]
+MaxWidthOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-width",
+        min=0.0,
+        help="Exit 1 if the median half-width of the 80% bounds exceeds this fraction "
+        "(0.20 = +/-20%).",
+    ),
+]
 
 
 def _pct(value: float | None) -> str:
@@ -145,6 +154,7 @@ def _run(
     wide: bool = False,
     max_refused: int | None = None,
     time_under_gates: tuple[float | None, float | None] = (None, None),
+    max_width: float | None = None,
 ) -> None:
     """Run one validation table, print it (or JSON), and apply the CI gates."""
     from gpuplan import holdout
@@ -259,6 +269,9 @@ def _run(
         max_time_under=time_under_gates[0],
     )
     failures += _loso_failures(loso, cov, *loso_gates, max_time_under=time_under_gates[1])
+    if max_width is not None and (cov is None or cov.median_half_width > max_width):
+        got = "no bounds" if cov is None else f"+/-{cov.median_half_width:.1%}"
+        failures.append(f"80% bounds median width {got}, above --max-width +/-{max_width:.0%}")
     if max_refused is not None and refused is not None and len(refused) > max_refused:
         failures.append(
             f"the memory model refuses {len(refused)} rows that ran as published, more than "
@@ -314,6 +327,7 @@ def memory(
     max_loso_under: MaxLosoUnderOpt = None,
     max_loso_over_50: MaxLosoOver50Opt = None,
     min_coverage: MinCoverageOpt = None,
+    max_width: MaxWidthOpt = None,
 ) -> None:
     """Predicted vs measured per-GPU peak memory (GiB): in-sample and leave-one-source-out
     error, the fitted constants, and how often the 80% bounds hold."""
@@ -331,6 +345,7 @@ def memory(
         max_over_50,
         (max_loso_median, max_loso_under, max_loso_over_50, min_coverage),
         wide=wide,
+        max_width=max_width,
     )
 
 
@@ -349,6 +364,7 @@ def training(
     max_refused: MaxRefusedOpt = None,
     max_time_under: MaxTimeUnderOpt = None,
     max_loso_time_under: MaxLosoTimeUnderOpt = None,
+    max_width: MaxWidthOpt = None,
 ) -> None:
     """Predicted vs measured throughput / time-to-train: in-sample and leave-one-source-out
     error, the fitted constants, how often the 80% bounds hold, and the rows that ran but
@@ -369,6 +385,7 @@ def training(
         wide=wide,
         max_refused=max_refused,
         time_under_gates=(max_time_under, max_loso_time_under),
+        max_width=max_width,
     )
 
 
