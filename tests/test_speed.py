@@ -489,7 +489,8 @@ def test_memoised_estimates_match_cold_ones(cat) -> None:  # type: ignore[no-unt
     from gpuplan.estimate.strategy import Strategy
 
     def clear() -> None:
-        for fn in (memory.model_bytes, compute.transformer_step, compute.cnn_step):
+        memory.clear_caches()
+        for fn in (compute.transformer_step, compute.cnn_step):
             fn.cache_clear()
         activations.layer_items_cached.cache_clear()
 

@@ -96,6 +96,14 @@ def for_gpu(eff: ArchEfficiency, gpu: GpuSpec) -> ArchEfficiency:
     frac = gpu.matmul_fraction
     if frac is None or eff.matmul_reference is None:
         return eff
+    return _scaled(eff, gpu.id, frac)
+
+
+@functools.lru_cache(maxsize=256)
+def _scaled(eff: ArchEfficiency, gpu_id: str, frac: float) -> ArchEfficiency:
+    """:func:`for_gpu`'s result, one object per (parameters, GPU): estimates ask for it twice
+    a step, and the compute cache keys on it."""
+    assert eff.matmul_reference is not None
     r = frac / eff.matmul_reference
     if abs(r - 1.0) < 0.005:  # the reference GPU itself (its fraction is stated to 3 digits)
         return eff
@@ -105,7 +113,7 @@ def for_gpu(eff: ArchEfficiency, gpu: GpuSpec) -> ArchEfficiency:
         gemm_fp8=min(1.0, eff.gemm_fp8 * r),
         attention=min(1.0, eff.attention * r),
         attention_cudnn=min(1.0, eff.attention_cudnn * r),
-        basis=f"{eff.basis}; tensor-core values x {r:.3f} for {gpu.id}, whose measured best "
+        basis=f"{eff.basis}; tensor-core values x {r:.3f} for {gpu_id}, whose measured best "
         f"matmul reaches {frac:.1%} of its 16-bit peak against {eff.matmul_reference:.1%} for "
         "the architecture's reference GPU",
     )

@@ -607,14 +607,18 @@ def activation_bytes(
 
 
 def runtime_bytes(
-    job: MemoryJob, st: Strategy, cublas: float, allocated_model: float
+    job: MemoryJob,
+    st: Strategy,
+    cublas: float,
+    allocated_model: float,
+    reserve_fraction: float | None = None,
 ) -> RuntimeBytes:
     """Step 4: cuBLAS workspaces (``cublas``, :func:`overheads.cublas_workspace_bytes` of the
     GPU), allocator reserve, CUDA context, NCCL buffers."""
     comms = sum(1 for deg in (st.dp, st.tp, st.pp, st.cp) if deg > 1)
     return RuntimeBytes(
         cublas=cublas,
-        reserve=ovh.allocator_reserve_bytes(allocated_model + cublas),
+        reserve=ovh.allocator_reserve_bytes(allocated_model + cublas, reserve_fraction),
         context=(
             job.cuda_context_bytes if job.cuda_context_bytes is not None else ovh.CUDA_CONTEXT_BYTES
         ),
@@ -674,11 +678,44 @@ def estimate_memory(
 
     ``capacity_bytes`` defaults to what the device reports (``memory.total``) where the
     catalog has it, else the datasheet figure; ``device_used_bytes`` is compared with it.
-    Steps 1-3 (:func:`model_bytes`) do not depend on the GPU and are cached: a plan asks for
-    the same layout on many offerings.
+    Of the GPU only its cuBLAS workspace size and its capacity matter, so the estimate is
+    cached on those and on the allocator reserve fraction in force (a plan asks for the same
+    layout on many offerings; steps 1-3, :func:`model_bytes`, are cached apart, for any GPU).
     """
     cap, cap_basis = _capacity(gpu, capacity_bytes)
     cublas = ovh.cublas_workspace_bytes(gpu)
+    return _estimate(
+        shape,
+        job,
+        st,
+        cublas,
+        cap,
+        cap_basis,
+        safety_margin,
+        image_size,
+        ovh.ALLOCATOR_RESERVE_FRACTION,
+    )
+
+
+def clear_caches() -> None:
+    """Empty the memo tables of :func:`model_bytes` and :func:`estimate_memory` (for tests that
+    patch a step, and for benchmarks that time a cold estimate)."""
+    model_bytes.cache_clear()
+    _estimate.cache_clear()
+
+
+@functools.lru_cache(maxsize=4096)
+def _estimate(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    cublas: float,
+    cap: float,
+    cap_basis: str,
+    safety_margin: float,
+    image_size: int | None,
+    reserve_fraction: float,
+) -> MemoryEstimate:
     mb = model_bytes(shape, job, st, image_size)
     w, ts, act, lay, tr = mb.weights, mb.training_state, mb.activations, mb.layout, mb.trained
     assumptions = list(mb.assumptions)
@@ -706,7 +743,7 @@ def estimate_memory(
             "optimizer": ts.optimizer_state + ts.step_temporaries,
             "activations": 0.0,
         }
-    rt = runtime_bytes(job, st, cublas, max(fwd_bwd, step))
+    rt = runtime_bytes(job, st, cublas, max(fwd_bwd, step), reserve_fraction)
     allocated = max(fwd_bwd, step) + rt.cublas
     reserved = allocated + rt.reserve
     used = reserved + rt.context + rt.nccl
@@ -727,7 +764,7 @@ def estimate_memory(
         f"optimizer {job.optimizer} ({job.optimizer_impl} implementation); framework {job.framework}"
         + (" with torch.compile" if job.compiled else ""),
         f"CUDA context {rt.context / 2**20:.0f} MiB; allocator reserve "
-        f"{ovh.ALLOCATOR_RESERVE_FRACTION:.0%} of allocated (min 256 MiB)",
+        f"{reserve_fraction:.0%} of allocated (min 256 MiB)",
         f"fits when device_used <= capacity x (1 - {safety_margin:.0%}); capacity "
         f"{cap / 2**30:.1f} GiB ({_CAPACITY_BASIS.get(cap_basis, cap_basis)})",
     ]

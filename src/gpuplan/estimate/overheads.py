@@ -62,6 +62,8 @@ def nccl_bytes(communicators: int) -> float:
     return min(NCCL_MAX_BYTES, NCCL_FIRST_COMMUNICATOR_BYTES + extra)
 
 
-def allocator_reserve_bytes(allocated: float) -> float:
-    """Bytes the caching allocator holds beyond the allocated peak."""
-    return max(ALLOCATOR_RESERVE_MIN_BYTES, ALLOCATOR_RESERVE_FRACTION * allocated)
+def allocator_reserve_bytes(allocated: float, fraction: float | None = None) -> float:
+    """Bytes the caching allocator holds beyond the allocated peak (``fraction`` defaults to
+    :data:`ALLOCATOR_RESERVE_FRACTION`)."""
+    f = ALLOCATOR_RESERVE_FRACTION if fraction is None else fraction
+    return max(ALLOCATOR_RESERVE_MIN_BYTES, f * allocated)
