@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from gpuplan.report.table import Column, Layout
@@ -66,6 +65,8 @@ def to_jsonable(obj: Any) -> Any:
     """Turn pydantic models, dataclasses, tuples and dates into JSON values."""
     import dataclasses
     import datetime as dt
+
+    from pydantic import BaseModel  # not at start-up: `gpuplan --help` needs no pydantic
 
     if isinstance(obj, BaseModel):
         return obj.model_dump(mode="json")
