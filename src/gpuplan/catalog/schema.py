@@ -180,7 +180,7 @@ class GpuSpec(_Frozen):
         if self.matmul_tflops_measured is not None:
             if not self.matmul_measured_source:
                 raise ValueError("matmul_tflops_measured needs matmul_measured_source")
-            peak = self.peak_tflops_dense.get("bf16") or self.peak_tflops_dense.get("fp16")
+            peak = self._peak16
             if not peak:
                 raise ValueError("matmul_tflops_measured needs a 16-bit peak to compare with")
             if not 0.3 <= self.matmul_tflops_measured / peak <= 1.2:
@@ -191,12 +191,16 @@ class GpuSpec(_Frozen):
         return self
 
     @property
+    def _peak16(self) -> float | None:
+        return self.peak_tflops_dense.get("bf16") or self.peak_tflops_dense.get("fp16")
+
+    @property
     def matmul_fraction(self) -> float | None:
-        """Measured best 16-bit matmul over the dense 16-bit datasheet peak, where measured."""
-        if self.matmul_tflops_measured is None:
+        """Measured best 16-bit matmul over the dense 16-bit datasheet peak, where measured
+        (the validator guarantees the peak)."""
+        if self.matmul_tflops_measured is None or not self._peak16:
             return None
-        peak = self.peak_tflops_dense.get("bf16") or self.peak_tflops_dense["fp16"]
-        return self.matmul_tflops_measured / peak
+        return self.matmul_tflops_measured / self._peak16
 
     @property
     def capacity_bytes(self) -> int:
