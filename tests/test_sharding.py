@@ -445,3 +445,51 @@ def test_fp8_params_keep_lora_adapters_in_16_bits() -> None:
     assert m8.details["weights: frozen base"] == pytest.approx(
         m16.details["weights: frozen base"] / 2
     )
+
+
+def _items(spec) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    h100 = load_catalog(use_user=False).gpu("H100-SXM")
+    m = fit(spec, h100, 8).memory
+    return {i.name: i.bytes_per_token for i in m.activation_items}
+
+
+def test_torchtitan_fsdp_computes_in_bf16_without_autocast() -> None:
+    """torchtitan's ``maybe_enable_amp`` is a null context under FSDP: ``fully_shard`` computes
+    with bf16 parameters, so q/k/v read one bf16 norm output and the normalised copy is bf16.
+    Without FSDP (one GPU) autocast applies and each projection keeps its own cast."""
+    base = {"model": "llama-3-8b", "seq_len": 2048, "precision": "bf16-mixed"}
+    base["framework"] = "torchtitan"
+    fsdp = _items(parse_spec({**base, "parallelism": {"sharding": "fsdp"}}))
+    ddp = _items(parse_spec({**base, "parallelism": {"sharding": "none"}}))
+    h = model_shape("llama-3-8b").hidden
+    assert fsdp["attn qkv input (q/k/v)"] == 2 * h
+    assert ddp["attn qkv input (q/k/v)"] == 3 * 2 * h
+    assert fsdp["attn rmsnorm normalised (for weight grad)"] == 2 * h
+    assert ddp["attn rmsnorm normalised (for weight grad)"] == 4 * h
+
+
+def test_megatron_out_projection_keeps_a_view_of_the_attention_output() -> None:
+    """TE's fused attention keeps its output and ``linear_proj`` keeps a view of it: counted
+    once under bf16. An fp8 projection keeps its own fp8 cast (one byte per element)."""
+    base = {
+        "model": "llama-3-8b",
+        "seq_len": 2048,
+        "framework": "megatron",
+        "attention": "cudnn",
+        "parallelism": {"sharding": "zero1"},
+    }
+    bf16 = _items(parse_spec({**base, "precision": "bf16-mixed"}))
+    fp8 = _items(parse_spec({**base, "precision": "fp8-mixed"}))
+    width = model_shape("llama-3-8b").heads * model_shape("llama-3-8b").head_dim
+    assert not any(k.startswith("attn out-proj input") for k in bf16)
+    assert fp8["attn out-proj input (o) (fp8)"] == width
+    assert "attn SDPA output + logsumexp" in bf16 and "attn SDPA output + logsumexp" in fp8
+
+
+def test_llmfoundry_fp8_out_projection_keeps_its_fp8_cast() -> None:
+    base = {"model": "llama-3-8b", "seq_len": 2048, "framework": "llmfoundry"}
+    base["parallelism"] = {"sharding": "fsdp"}
+    bf16 = _items(parse_spec({**base, "precision": "bf16-mixed"}))
+    fp8 = _items(parse_spec({**base, "precision": "fp8-mixed"}))
+    assert not any(k.startswith("attn out-proj input") for k in bf16)
+    assert any(k.startswith("attn out-proj input") for k in fp8)

@@ -61,8 +61,9 @@ class Numerics:
     """flash-attn's ``CrossEntropyLoss``: keeps the 16-bit logits and an fp32 logsumexp per
     token, and its backward writes a 16-bit logits gradient (no fp32 copy)."""
     attention_output_shared: bool = False
-    """flash-attn returns (batch, seq, heads, dim); the out-projection reads a view of it, so
-    the tensor kept by both is counted once."""
+    """The fused attention's output is the out-projection's input (a view: flash-attn's
+    (batch, seq, heads, dim), TE's (seq, batch, hidden)), so the tensor kept by both is counted
+    once; an fp8 out-projection keeps its own fp8 cast, counted apart."""
     fp8_linear_inputs: bool = False
     """Transformer Engine fp8 linears keep their input as the fp8 cast they computed with
     (1 byte; ``transformer_engine/pytorch/module/linear.py``), for the weight gradient."""
@@ -251,7 +252,8 @@ def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool
         num,
         tr,
         "attn out-proj",
-        input_counted=fused and num.attention_output_shared,
+        # an fp8 linear keeps its own fp8 cast of the input, not a view of the attention output
+        input_counted=fused and num.attention_output_shared and not num.fp8_linear_inputs,
     )
     if shape.hidden_dropout > 0:
         items.append(Item(name="attn residual dropout mask", bytes_per_token=h))

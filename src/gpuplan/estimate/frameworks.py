@@ -58,7 +58,10 @@ The engines (what a framework keeps per parameter under each sharding value is i
   K/V without repeating them, and ``vocab_parallel_cross_entropy``
   (``megatron/core/tensor_parallel/cross_entropy.py``) upcasts the logits to fp32 and keeps
   the fp32 softmax for backward (the 16-bit logits are not kept). Its optimizers are fused
-  (TE/Apex ``FusedAdam``).
+  (TE/Apex ``FusedAdam``). TE's ``FusedAttnFunc`` keeps its output for backward and
+  ``linear_proj`` (a TE ``Linear``, ``megatron/core/transformer/attention.py``) keeps a view of
+  that output as its input, so without fp8 linears the two are one tensor; with fp8 linears
+  the projection keeps its own fp8 cast instead.
 * ``apex``: NVIDIA Apex automatic mixed precision at opt level O2, as NVIDIA's
   DeepLearningExamples BERT scripts run it (``amp.initialize(model, optimizer,
   opt_level="O2")``, their logs print "Selected optimization level O2: FP16 training with
@@ -71,7 +74,10 @@ The engines (what a framework keeps per parameter under each sharding value is i
 * ``torchtitan``: its own Llama code; ``cross_entropy_loss``
   (``torchtitan/components/loss.py``) upcasts the whole logits tensor (``pred.float()``) and
   the trainer deletes the 16-bit ``pred`` before backward; ``optimizer.implementation``
-  defaults to ``fused``.
+  defaults to ``fused``. Under FSDP there is no autocast: ``maybe_enable_amp``
+  (``torchtitan/distributed/utils.py``) returns a null context when FSDP is on and
+  ``fully_shard`` computes with bf16 parameters, so the residual stream and every saved
+  activation are bf16 (see :mod:`gpuplan.estimate.sharding`).
 """
 
 from __future__ import annotations
@@ -119,7 +125,9 @@ class Framework:
     fused_loss: bool = False
     """flash-attn's fused cross-entropy: no fp32 copy of the logits or of their gradient."""
     attention_output_shared: bool = False
-    """flash-attn's output is the out-projection's input (a view), kept once."""
+    """The fused attention's output is the out-projection's input (a view), kept once
+    (flash-attn in llm-foundry, TE's fused attention in Megatron), unless the projection is an
+    fp8 linear, which keeps its own fp8 cast."""
     te_fp8_linears: bool = False
     """fp8 runs use Transformer Engine linears, which keep the fp8 cast of their input."""
     shardings: tuple[str, ...] = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
@@ -167,6 +175,7 @@ FRAMEWORKS: dict[str, Framework] = {
         upcast_unchunked_logits=True,
         engine="megatron",
         fused_kernels=True,
+        attention_output_shared=True,
         te_fp8_linears=True,
     ),
     "apex": Framework(

@@ -71,6 +71,10 @@ sharded parameters, each block all-gathered in bf16 for its forward and backward
 gradients reduce-scattered, optimizer state sharded: 16/N plus two gathered bf16 blocks
 (fp8 with ``enable_fsdp_float8_all_gather``: the blocks are gathered in fp8).
 
+Under FSDP torchtitan runs no autocast (``torchtitan/distributed/utils.py::maybe_enable_amp``
+returns a null context when FSDP is on): the blocks compute with their bf16 parameters, so
+activations and the residual stream are bf16 and no per-op casts are kept.
+
 * ``none``: no FSDP: the PyTorch semantics above (autocast).
 * ``zero2``: ``reshard_after_forward=False``: the gathered bf16 parameters of the whole
   stage stay from forward to backward.
@@ -238,6 +242,7 @@ def state_layout(
             gather_bytes=pb.compute_copy,
             gathered_layers=2,
             unsharded_compute_params=sharding == "zero2",
+            autocast=False,
             notes=(
                 "torchtitan FSDP2: fp32 sharded parameters gathered in bf16 per block, "
                 "fp32 gradients reduce-scattered (MixedPrecisionPolicy)"
