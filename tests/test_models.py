@@ -106,11 +106,19 @@ def test_exact_counts_from_the_brief(preset: str, expected: int) -> None:
     assert preset_info(preset).published_params == expected
 
 
+WIDER_TOLERANCE = ("mpt-7b", "falcon-180b", "opt-2.7b", "opt-6.7b", "opt-13b", "llama-7b")
+WIDER_TOLERANCE += ("codellama-34b",)
+"""Presets whose only published figure rounds further than 0.5 %: mpt-7b's and falcon-180b's
+cards, OPT's GPT-3 size-class labels, the LLaMA paper's truncated 6.7B and Code Llama's "34B"
+(each explained in its presets.yaml notes)."""
+
+
 def test_rounded_figures_are_within_half_a_percent_except_mpt_7b() -> None:
     for info in list_presets():
-        # mpt-7b and falcon-180b: cards round further than 0.5 % (see presets.yaml notes)
-        if not info.published_exact and info.id not in ("mpt-7b", "falcon-180b"):
+        if not info.published_exact and info.id not in WIDER_TOLERANCE:
             assert info.tolerance_pct <= 0.5, info.id
+        if info.tolerance_pct > 0.5:
+            assert info.id in WIDER_TOLERANCE and info.notes, info.id
 
 
 def test_gpt3_matches_the_papers_175b() -> None:

@@ -37,7 +37,9 @@ PRESETS = sorted(
     if node.name.endswith(".json")
 )
 
-EAGER = frozenset({"bloom-7b1", "mpt-7b", "mpt-30b"})
+EAGER = frozenset(
+    {"bloom-560m", "bloom-1b7", "bloom-3b", "bloom-7b1", "bloom-176b", "mpt-7b", "mpt-30b"}
+)
 """ALiBi models: transformers runs their own eager attention (no fused path to trace), so
 the analytic side is asked for ``attention: eager`` too, like for like."""
 
@@ -67,7 +69,11 @@ EXPLAINED: dict[tuple[str, str], tuple[float, str]] = {
         "partial rotary embeddings by slicing q and k and concatenating them back (two more "
         "copies of q and k per layer) after splitting a fused QKV output",
     ),
+    ("bloom-560m", "lora"): (0.27, _ALIBI + " (measured -24%)"),
+    ("bloom-1b7", "lora"): (0.22, _ALIBI + " (measured -19%)"),
+    ("bloom-3b", "lora"): (0.31, _ALIBI + " (measured -28%)"),
     ("bloom-7b1", "lora"): (0.24, _ALIBI + " (measured -20%)"),
+    ("bloom-176b", "lora"): (0.16, _ALIBI + " (measured -13%)"),
     ("mpt-7b", "lora"): (0.28, _ALIBI + " (measured -25%)"),
     ("mpt-30b", "lora"): (0.30, _ALIBI + " (MPT 7B measured -25%)"),
 }
