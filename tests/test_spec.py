@@ -124,3 +124,23 @@ def test_schema_lists_contract_fields() -> None:
         "constraints",
     ):
         assert name in props
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("1e9", 10**9), ("2.5e9", 2_500_000_000), ("1.0e+9", 10**9)]
+)
+def test_work_counts_in_scientific_notation(text: str, expected: int) -> None:
+    """YAML reads 1e9 and 2.5e9 as strings; a count written so is the whole number it says."""
+    import yaml
+
+    data = yaml.safe_load(f"model: gpt2\nseq_len: 128\nwork: {{tokens: {text}}}\n")
+    assert parse_spec(data).work.tokens == expected
+
+
+@pytest.mark.parametrize("text", ["1.5e0", "1e400", "ten"])
+def test_work_counts_that_are_not_whole_numbers_are_one_line_errors(text: str) -> None:
+    import yaml
+
+    data = yaml.safe_load(f"model: gpt2\nseq_len: 128\nwork: {{tokens: {text}}}\n")
+    with pytest.raises(SpecError, match=r"work\.tokens"):
+        parse_spec(data)

@@ -188,13 +188,30 @@ class ParallelismSpec(_Spec):
     )
 
 
+_SCIENTIFIC = re.compile(r"[0-9][0-9_]*(\.[0-9_]*)?[eE][+-]?[0-9]+")
+
+
 class WorkSpec(_Spec):
     """How much training to do: exactly one of tokens, samples (with epochs), or steps."""
 
-    tokens: int | None = Field(default=None, gt=0, description="Training tokens in total.")
+    tokens: int | None = Field(
+        default=None, gt=0, description="Training tokens in total (1e9 or 2.5e9 is fine)."
+    )
     samples: int | None = Field(default=None, gt=0, description="Dataset size in samples.")
     epochs: float | None = Field(default=None, gt=0, description="Passes over `samples`.")
     steps: int | None = Field(default=None, gt=0, description="Optimizer steps.")
+
+    @field_validator("tokens", "samples", "steps", mode="before")
+    @classmethod
+    def _scientific_count(cls, value: object) -> object:
+        """YAML reads ``1e9`` and ``2.5e9`` as strings (its floats need a dot and a signed
+        exponent): take them, and integral floats, as the whole numbers they write."""
+        if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):
+            number = float(value.replace("_", ""))
+            return int(number) if number.is_integer() else value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
 
     @model_validator(mode="after")
     def _exactly_one(self) -> WorkSpec:
