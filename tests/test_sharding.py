@@ -493,3 +493,18 @@ def test_llmfoundry_fp8_out_projection_keeps_its_fp8_cast() -> None:
     fp8 = _items(parse_spec({**base, "precision": "fp8-mixed"}))
     assert not any(k.startswith("attn out-proj input") for k in bf16)
     assert any(k.startswith("attn out-proj input") for k in fp8)
+
+
+def test_hf_under_a_pipeline_says_which_engine_to_name() -> None:
+    h100 = load_catalog(use_user=False).gpu("H100-SXM")
+    base = {"model": "llama-2-70b", "seq_len": 4096, "precision": "bf16-mixed"}
+    piped = fit(
+        parse_spec({**base, "parallelism": {"sharding": "zero1", "tp": 4, "pp": 4}}), h100, 64
+    )
+    flat = fit(parse_spec({**base, "parallelism": {"sharding": "zero3"}}), h100, 64)
+    assert any("no pipeline engine" in a for a in piped.memory.assumptions)
+    assert not any("no pipeline engine" in a for a in flat.memory.assumptions)
+    mega = parse_spec(
+        {**base, "framework": "megatron", "parallelism": {"sharding": "zero1", "tp": 4, "pp": 4}}
+    )
+    assert not any("no pipeline engine" in a for a in fit(mega, h100, 64).memory.assumptions)

@@ -757,6 +757,13 @@ def _estimate(
     details["overhead: NCCL buffers"] = rt.nccl
     usable = cap * (1 - safety_margin)
     assumptions += list(lay.notes)
+    if job.framework == "hf" and st.pp > 1:
+        assumptions.append(
+            f"framework hf with pp {st.pp}: Hugging Face Transformers has no pipeline engine, so "
+            "this is its modeling code (fp32 norm inputs, a cast per projection under autocast) "
+            "under some pipeline runtime; Megatron, DeepSpeed and torchtitan keep less: set "
+            "framework to the engine that runs the job"
+        )
     assumptions += [
         f"precision {job.precision} under {lay.engine}: params {lay.param_bytes:g} B, grads "
         f"{tr.grad_bytes:g} B, optimizer state {tr.state_bytes} B/elem"
