@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -580,3 +581,38 @@ def test_a_gate_over_rows_that_all_failed_does_not_pass(
     )
     assert result.exit_code == 1
     assert "none of the 1 rows could be predicted" in result.stderr
+
+
+def test_an_abort_is_one_line_not_a_traceback(
+    cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C or a declined prompt raises click's Abort; typer 0.2x keeps it outside the
+    vendored click module, which the error boundary must still find."""
+    import typer
+
+    import gpuplan.cli.models_cmd as models_cmd
+
+    def abort(_preset_id: str) -> dict[str, Any]:
+        raise typer.Abort()
+
+    monkeypatch.setattr(models_cmd, "_row", abort)
+    result = cli("models")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "error: aborted"
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """``gpuplan fit SPEC --gpu G | head -1``: the reader leaves after one line while the
+    breakdown is still being printed; the run ends without a traceback on stderr."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("model: gpt2\nseq_len: 128\n", encoding="utf-8")
+    proc = subprocess.run(
+        f"{sys.executable} -m gpuplan.cli.app fit {spec} --gpu H100-SXM | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "GPUPLAN_HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert proc.stdout.startswith("H100-SXM x1")
+    assert "Traceback" not in proc.stderr, proc.stderr

@@ -40,6 +40,18 @@ def _click_exceptions() -> Any:
     return exceptions
 
 
+def _abort_class(cx: Any) -> type[BaseException]:
+    """click's ``Abort`` (Ctrl-C, a declined prompt): in click's exceptions module, or, where
+    typer vendors click (0.2x), in ``typer.exceptions``. A missing one must not turn every
+    other exception into an AttributeError in the ``except`` clause that names it."""
+    abort = getattr(cx, "Abort", None)
+    if abort is None:
+        from typer import exceptions as typer_exceptions
+
+        abort = typer_exceptions.Abort
+    return abort
+
+
 class _Group(TyperGroup):
     """The error boundary: GpuPlanError becomes one line on stderr and exit 2 (unless --debug).
 
@@ -57,6 +69,7 @@ class _Group(TyperGroup):
         **extra: Any,
     ) -> Any:
         cx = _click_exceptions()
+        abort = _abort_class(cx)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except cx.NoArgsIsHelpError as exc:
@@ -70,7 +83,7 @@ class _Group(TyperGroup):
         except cx.ClickException as exc:
             typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
             sys.exit(exc.exit_code)
-        except cx.Abort:
+        except abort:
             typer.echo("error: aborted", err=True)
             sys.exit(1)
         if not standalone_mode:
