@@ -81,3 +81,62 @@ def test_measured_matmul_needs_a_source_and_a_plausible_size() -> None:
     with pytest.raises(ValueError, match="16-bit peak"):
         GpuSpec.model_validate({**a100, "matmul_tflops_measured": 31.2})  # an fp32 figure
     assert GpuSpec.model_validate(a100).matmul_fraction == pytest.approx(264.5 / 312)
+
+
+def test_the_allocator_reserve_shrinks_to_what_the_device_leaves() -> None:
+    """PyTorch frees cached blocks before raising OOM: the usual reserve is not a need."""
+    from gpuplan.estimate.memory import squeezed_reserve
+
+    gib = 2**30
+    steady, context = 8 * gib, 0.5 * gib
+    assert squeezed_reserve(steady, 70 * gib, context, 80 * gib) == steady  # room for all of it
+    assert squeezed_reserve(steady, 75 * gib, context, 80 * gib) == pytest.approx(4.5 * gib)
+    floor = squeezed_reserve(steady, 80 * gib, context, 80 * gib)
+    assert floor == 256 * 2**20  # the fragmentation floor
+
+
+def test_a_batch_that_fills_the_card_fits_with_a_squeezed_reserve() -> None:
+    """Lambda's BERT-base fp16 batch 96 ran on an RTX 4090; its usual 8% reserve would not fit."""
+    spec = parse_spec(
+        {
+            "model": "bert-base",
+            "method": "full",
+            "seq_len": 384,
+            "precision": "fp16-mixed",
+            "optimizer": "adamw",
+            "optimizer_impl": "fused",
+            "micro_batch_size": 96,
+            "attention": "eager",
+            "framework": "apex",
+        }
+    )
+    res = fit(spec, load_catalog(use_user=False).gpu("RTX-4090"))
+    m = res.memory
+    reserve = m.details["overhead: caching-allocator reserve"]
+    assert m.fits
+    assert m.device_used_bytes == pytest.approx(m.capacity_bytes)
+    assert 256 * 2**20 <= reserve < 0.08 * m.peak_allocated_bytes
+    assert any("frees its cached blocks" in a for a in m.assumptions)
+    assert m.reserve_squeezed
+    assert res.verdict == "tight"  # the upper bound does not fit
+
+
+def test_the_layout_search_prefers_a_batch_that_leaves_the_allocator_its_cache() -> None:
+    """Given a choice, parallelism auto takes the largest micro-batch that fits with the usual
+    reserve, not one that fits only as the allocator gives its cache back."""
+    from gpuplan.estimate.configure import configure, default_topology
+
+    gpu = load_catalog(use_user=False).gpu("A100-80GB")
+    spec = parse_spec(
+        {
+            "model": "bert-large",
+            "seq_len": 384,
+            "precision": "fp16-mixed",
+            "micro_batch_size": 32,
+            "attention": "eager",
+            "framework": "apex",
+            "parallelism": "auto",
+        }
+    )
+    conf = configure(spec, gpu, 1, default_topology(gpu, 1))
+    assert conf.fit.memory.fits and not conf.fit.memory.reserve_squeezed

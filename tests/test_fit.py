@@ -51,7 +51,14 @@ def test_full_bf16_adamw_peaks_at_the_optimizer_step(cat) -> None:  # type: igno
     expected = 8_030_261_248 * 10
     model_part = r.memory.peak_allocated_bytes - r.memory.details["overhead: cuBLAS workspaces"]
     assert model_part == pytest.approx(expected, rel=1e-6)
-    assert not r.memory.fits  # 74.8 GiB + overheads > 95% of 80 GB
+    # 74.8 GiB allocated: its usual 8% allocator reserve would not fit in the 79.6 GiB the
+    # driver reports, but PyTorch frees cached blocks before an OOM, so only the estimate fits
+    assert r.memory.fits
+    assert r.memory.device_used_bytes == pytest.approx(r.memory.capacity_bytes)
+    assert r.verdict == "tight"
+    # a card 2 GiB smaller than the allocated peak does not fit it, reserve or not
+    small = fit(spec(micro_batch_size=1), cat.gpu("H100-SXM"), 1, capacity=73 * 2**30)
+    assert not small.memory.fits
 
 
 def test_zero3_divides_model_states(cat) -> None:  # type: ignore[no-untyped-def]

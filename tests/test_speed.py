@@ -374,7 +374,9 @@ def test_eager_attention_scores_cost_their_passes_in_their_dtype(cat) -> None:  
                 "framework": framework,
             }
         )
-        return configure(spec, gpu, 1, default_topology(gpu, 1)).time.parts["attention"]
+        conf = configure(spec, gpu, 1, default_topology(gpu, 1))
+        # per sample: configure may pick a different micro-batch for each
+        return conf.time.parts["attention"] / conf.strategy.micro_batch_size
 
     amp, apex = attention_s("hf"), attention_s("apex")
     # memory-bound: (20 x 4 + 2) against (20 x 2 + 2) bytes per score

@@ -145,12 +145,23 @@ class MegatronSpec(_Spec):
         "(`activation_func_fp8_input_store`, NeMo/MLPerf FP8_ACT=1): 1 byte per element "
         "instead of 2.",
     )
+    cross_entropy_fusion: Literal["none", "native", "te"] = Field(
+        default="none",
+        description="The LM loss kernel (`cross_entropy_loss_fusion` with "
+        "`cross_entropy_fusion_impl`; Megatron-LM's default is none, Megatron-Bridge's GPT and "
+        "Llama providers set te). none and native upcast the logits and keep the fp32 softmax, "
+        "whose backward writes the gradient in place; te (Transformer Engine's "
+        "`parallel_cross_entropy`, releases up to 2.17) writes the gradient into the 16-bit "
+        "logits during forward and keeps only them.",
+    )
     activation_offload_layers: int = Field(
         default=0,
         ge=0,
         le=1024,
         description="Transformer layers whose activations go to host memory "
-        "(`cpu_offloading_num_layers`); two layers' stay on the GPU as the double buffer.",
+        "(`cpu_offloading_num_layers`): the first N layers' go to the host, and at the start of "
+        "backward one of them is reloaded while the kept layers are still held (Transformer "
+        "Engine 2.9's group offload handler).",
     )
 
 
@@ -164,7 +175,9 @@ class ParallelismSpec(_Spec):
         "(hf/torchtune/litgpt: fp32 params and grads kept whole under autocast; deepspeed: "
         "2 + 2 + 12/N bytes per param; megatron: the distributed optimizer, 2 + 4 + 12/N; not "
         "in torchtitan). zero2: gradients too (deepspeed 2 + 2/N + 12/N; megatron-FSDP "
-        "optim_grads; torchtitan: FSDP2 without resharding after forward). zero3 = fsdp: "
+        "optim_grads; hf/torchtune/litgpt: FSDP SHARD_GRAD_OP, parameters sharded as well, "
+        "the stage's gathered parameters kept from forward to backward; torchtitan: FSDP2 "
+        "without resharding after forward). zero3 = fsdp: "
         "parameters too, gathered layer by layer (deepspeed (2+2+12)/N; megatron-FSDP; "
         "torchtitan FSDP2: fp32 shards gathered in bf16, fp32 grads, 16/N). hsdp: fsdp within "
         "a node, replicated across nodes.",
@@ -379,7 +392,8 @@ class JobSpec(_Spec):
         default=None,
         description="framework megatron only: {fp8_params, grad_reduce_in_fp32, "
         "optimizer_dtype, param_remainders, fp8_dot_product_attention, "
-        "activation_func_fp8_input_store, activation_offload_layers}, the Megatron-Core "
+        "activation_func_fp8_input_store, cross_entropy_fusion, activation_offload_layers}, the "
+        "Megatron-Core "
         "and NeMo settings that change what each rank keeps.",
     )
     loss_chunks: int | None = Field(

@@ -60,6 +60,15 @@ class Numerics:
     fused_loss: bool = False
     """flash-attn's ``CrossEntropyLoss``: keeps the 16-bit logits and an fp32 logsumexp per
     token, and its backward writes a 16-bit logits gradient (no fp32 copy)."""
+    loss_grad_in_place: bool = False
+    """The loss writes its fp32 gradient into the fp32 softmax it saved, and the backward of
+    the logits' upcast casts it to 16 bits: the only new tensor at the start of backward is
+    that 16-bit gradient (Megatron's ``vocab_parallel_cross_entropy``,
+    ``megatron/core/tensor_parallel/cross_entropy.py``: ``grad_input = softmax`` then
+    ``grad_input.mul_(grad_output)``; the ``native`` fused loss alike)."""
+    te_cross_entropy: bool = False
+    """Transformer Engine's ``parallel_cross_entropy`` writes the gradient into the 16-bit
+    logits during forward and keeps only them (see ``MegatronOptions.te_cross_entropy``)."""
     attention_output_shared: bool = False
     """The fused attention's output is the out-projection's input (a view: flash-attn's
     (batch, seq, heads, dim), TE's (seq, batch, hidden)), so the tensor kept by both is counted
@@ -378,6 +387,11 @@ def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
         if tr.full:
             items.append(Item(name="lm_head input", bytes_per_token=a * h))
         v = shape.vocab
+        if num.te_cross_entropy:
+            items.append(
+                Item(name="logits holding their gradient (TE loss)", bytes_per_token=a * v)
+            )
+            return items
         if num.fused_loss:
             items.append(Item(name="logits (fused loss input)", bytes_per_token=a * v))
             items.append(Item(name="loss logsumexp (fp32)", bytes_per_token=FP32))
@@ -398,9 +412,15 @@ def backward_transient_per_token(shape: Shape, num: Numerics) -> float:
     """Extra bytes per token at the start of backward (loss and logits gradients)."""
     if shape.family != "decoder":
         return 0.0
+    if num.te_cross_entropy:
+        # the gradient was written into the kept logits during forward
+        return 0.0
     if num.fused_loss:
         # flash-attn's cross-entropy backward writes the 16-bit logits gradient directly
         return num.act_bytes * shape.vocab
+    if num.loss_grad_in_place:
+        # the fp32 gradient overwrites the saved softmax; only its 16-bit cast is new
+        return num.act_bytes * shape.vocab / max(1, num.loss_chunks)
     if num.compiled and not num.logits_upcast_in_model:
         # a compiled loss that upcasts the logits itself fuses the backward of the upcast
         # and the log-softmax into one kernel writing the logits gradient in the logits

@@ -148,6 +148,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
             param_remainders=spec.megatron.param_remainders,
             fp8_attention=spec.megatron.fp8_dot_product_attention,
             fp8_activation_input=spec.megatron.activation_func_fp8_input_store,
+            te_cross_entropy=spec.megatron.cross_entropy_fusion == "te",
         ),
         activation_offload_layers=0
         if spec.megatron is None

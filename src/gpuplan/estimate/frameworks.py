@@ -57,7 +57,10 @@ The engines (what a framework keeps per parameter under each sharding value is i
   (``megatron/core/fusions/fused_bias_swiglu.py``) keeps its input, attention reads grouped
   K/V without repeating them, and ``vocab_parallel_cross_entropy``
   (``megatron/core/tensor_parallel/cross_entropy.py``) upcasts the logits to fp32 and keeps
-  the fp32 softmax for backward (the 16-bit logits are not kept). Its optimizers are fused
+  the fp32 softmax for backward (the 16-bit logits are not kept); its backward writes the
+  gradient into that softmax, so only the 16-bit cast of it is new. With
+  ``megatron.cross_entropy_fusion: te`` (Megatron-Bridge's providers) Transformer Engine's
+  loss keeps the 16-bit logits holding their gradient instead. Its optimizers are fused
   (TE/Apex ``FusedAdam``). TE's ``FusedAttnFunc`` keeps its output for backward and
   ``linear_proj`` (a TE ``Linear``, ``megatron/core/transformer/attention.py``) keeps a view of
   that output as its input, so without fp8 linears the two are one tensor; with fp8 linears
@@ -124,6 +127,8 @@ class Framework:
     """FSDP computes with 16-bit parameters under autocast: a 16-bit residual stream."""
     fused_loss: bool = False
     """flash-attn's fused cross-entropy: no fp32 copy of the logits or of their gradient."""
+    loss_grad_in_place: bool = False
+    """The loss's backward overwrites its saved fp32 softmax with the gradient (Megatron)."""
     attention_output_shared: bool = False
     """The fused attention's output is the out-projection's input (a view), kept once
     (flash-attn in llm-foundry, TE's fused attention in Megatron), unless the projection is an
@@ -173,6 +178,7 @@ FRAMEWORKS: dict[str, Framework] = {
         loss_chunks=1,
         default_optimizer_impl="fused",
         upcast_unchunked_logits=True,
+        loss_grad_in_place=True,
         engine="megatron",
         fused_kernels=True,
         attention_output_shared=True,

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuplan.estimate.memory import MemoryEstimate
+from gpuplan.estimate.memory import MemoryEstimate, squeezed_reserve
 from gpuplan.estimate.strategy import Strategy
 
 LABEL = "activations: interleaved 1F1B warm-up (extra chunks in flight)"
+RESERVE_LABEL = "overhead: caching-allocator reserve"
 
 
 def interleave_factor(st: Strategy) -> float:
@@ -45,18 +46,24 @@ def with_interleaving(mem: MemoryEstimate, st: Strategy) -> MemoryEstimate:
     if extra <= 0:
         return mem
     usable = mem.capacity_bytes * (1 - mem.safety_margin)
-    used = mem.device_used_bytes + extra
+    allocated = mem.peak_allocated_bytes + extra
+    outside = mem.device_used_bytes - mem.peak_reserved_bytes  # CUDA context, NCCL
+    steady = mem.steady_reserve_bytes
+    reserve = squeezed_reserve(steady, allocated, outside, usable)
+    used = allocated + reserve + outside
     breakdown = dict(mem.breakdown)
     breakdown["activations"] = breakdown.get("activations", 0.0) + extra
+    breakdown["overhead"] = used - sum(v for k, v in breakdown.items() if k != "overhead")
     return dataclasses.replace(
         mem,
-        peak_allocated_bytes=mem.peak_allocated_bytes + extra,
-        peak_reserved_bytes=mem.peak_reserved_bytes + extra,
+        peak_allocated_bytes=allocated,
+        peak_reserved_bytes=allocated + reserve,
         device_used_bytes=used,
+        steady_reserve_bytes=steady,
         fits=used <= usable,
         headroom_bytes=usable - used,
         breakdown=breakdown,
-        details={**mem.details, LABEL: extra},
+        details={**mem.details, LABEL: extra, RESERVE_LABEL: reserve},
         assumptions=(
             *mem.assumptions,
             f"interleaved pipeline (vp={st.vp}): the first stage keeps "

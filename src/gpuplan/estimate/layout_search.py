@@ -257,10 +257,15 @@ def search(
             continue
         st0 = ordered[0]
         if require_fit:
+            # a micro-batch that fits only as the caching allocator gives back its usual cache
+            # is taken only where no smaller one fits with it (a full card runs, but risks
+            # fragmentation and allocation retries)
+            roomy = not memory_of(st0).reserve_squeezed
             lo, hi, fitting = 1, len(ordered) - 1, 0
             while lo <= hi:  # memory grows with the micro-batch: bisect the largest that fits
                 mid = (lo + hi) // 2
-                if memory_of(ordered[mid]).fits:
+                m = memory_of(ordered[mid])
+                if m.fits and not (roomy and m.reserve_squeezed):
                     fitting, lo = mid, mid + 1
                 else:
                     hi = mid - 1

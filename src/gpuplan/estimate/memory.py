@@ -130,6 +130,15 @@ class MemoryEstimate:
     basis: str = "analytic"
     capacity_basis: str = "device-reported"
     """``device-reported`` (nvidia-smi memory.total), ``datasheet`` or ``given``."""
+    steady_reserve_bytes: float = 0.0
+    """The caching allocator's reserve while memory is plentiful (the reserve counted in
+    ``peak_reserved_bytes`` is smaller where the device leaves less: :func:`squeezed_reserve`)."""
+
+    @property
+    def reserve_squeezed(self) -> bool:
+        """It fits only because the allocator gives back part of its usual cache."""
+        held = self.peak_reserved_bytes - self.peak_allocated_bytes
+        return self.steady_reserve_bytes - held > 1.0  # bytes: not a rounding difference
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -364,6 +373,11 @@ def weight_bytes(
         else:
             stored = offloaded if offload_params else stage.total * base_b / lay.param_ranks
             lines.append(("weights: frozen base", stored))
+        if lay.unsharded_compute_params and lay.param_ranks > 1 and not offload_params:
+            # FSDP SHARD_GRAD_OP: the whole stage's frozen base stays gathered until backward
+            kept = stored * (lay.param_ranks - 1)
+            compute += kept
+            lines.append(("weights: frozen base kept gathered from forward to backward", kept))
         adapters = tr.params * tr.trainable.adapter_bytes
         lines.append(("weights: LoRA adapters", adapters))
         stored += adapters
@@ -506,6 +520,8 @@ def _transformer_activations(
         fused_kernels=fw.fused_kernels,
         residual_16bit=fw.residual_16bit and autocast,
         fused_loss=fw.fused_loss,
+        loss_grad_in_place=fw.loss_grad_in_place,
+        te_cross_entropy=job.megatron is not None and job.megatron.te_cross_entropy,
         attention_output_shared=fw.attention_output_shared,
         fp8_linear_inputs=fw.te_fp8_linears and job.precision == "fp8-mixed",
         fp8_attention=job.megatron is not None
@@ -520,8 +536,13 @@ def _transformer_activations(
     tokens = st.micro_batch_size * seq // st.cp  # context parallelism: seq_len / cp per rank
     layers = math.ceil(shape.layers / st.pp)
     off = min(job.activation_offload_layers, layers)
-    # Megatron's CPU offloading keeps two layers on the GPU as its double buffer
-    layers = max(0, layers - off) + min(2, off) if off else layers
+    # Megatron's CPU offloading (Transformer Engine 2.9, ``cpu_offload.py``,
+    # ``AsyncDoubleBufferGroupOffloadHandler``) offloads the first ``off`` layers; each one's GPU
+    # copy is freed by the end of its ``layer_window_map`` window, and the first backward layer
+    # starts reloading the last offloaded one while every kept layer is still held: one more
+    # layer at the peak (TE 2.10's ``DefaultOffloadSynchronizer`` starts that reload a layer
+    # later, after the last layer's activations are freed)
+    layers = max(0, layers - off) + min(1, off) if off else layers
     items = list(layer_items_cached(shape, num, tr, seq, job.fused_attention))
     per_layer = sum(i.bytes_per_token for i in items) / st.tp
     # ``act_tok``: what each in-flight micro-batch keeps; ``recomputed_tok``: the one layer a
@@ -604,6 +625,22 @@ def activation_bytes(
             "eager attention: softmax probabilities (s^2 per head) kept for backward"
         )
     return ActivationBytes(saved=saved, transient=transient, items=tuple(items))
+
+
+def squeezed_reserve(steady: float, allocated: float, outside: float, usable: float) -> float:
+    """The caching allocator's reserve when the device is nearly full.
+
+    ``steady`` is what it holds beyond the allocated peak while memory is plentiful; ``outside``
+    is device memory outside the allocator (CUDA context, NCCL buffers). Before
+    raising OOM, PyTorch's allocator frees enough cached blocks for the request, then every
+    cached segment with no live block, and retries (``c10/cuda/CUDACachingAllocator.cpp``,
+    ``DeviceCachingAllocator::malloc``: ``release_available_cached_blocks``, then
+    ``release_cached_blocks``). So the reserve shrinks to what the device leaves; what stays is
+    fragmentation inside live segments, counted as :data:`overheads.ALLOCATOR_RESERVE_MIN_BYTES`.
+    """
+    room = usable - allocated - outside
+    floor = min(steady, ovh.ALLOCATOR_RESERVE_MIN_BYTES)
+    return max(floor, min(steady, room))
 
 
 def runtime_bytes(
@@ -745,18 +782,26 @@ def _estimate(
         }
     rt = runtime_bytes(job, st, cublas, max(fwd_bwd, step), reserve_fraction)
     allocated = max(fwd_bwd, step) + rt.cublas
-    reserved = allocated + rt.reserve
+    usable = cap * (1 - safety_margin)
+    reserve = squeezed_reserve(rt.reserve, allocated, rt.context + rt.nccl, usable)
+    reserved = allocated + reserve
     used = reserved + rt.context + rt.nccl
     breakdown = {**parts, "overhead": used - sum(parts.values())}
     details = dict(w.lines + ts.lines)
     details["activations: saved for backward"] = act.saved
     details["activations: loss/logits gradients (start of backward)"] = act.transient
     details["overhead: cuBLAS workspaces"] = rt.cublas
-    details["overhead: caching-allocator reserve"] = rt.reserve
+    details["overhead: caching-allocator reserve"] = reserve
     details["overhead: CUDA context"] = rt.context
     details["overhead: NCCL buffers"] = rt.nccl
-    usable = cap * (1 - safety_margin)
     assumptions += list(lay.notes)
+    if reserve < rt.reserve:
+        assumptions.append(
+            f"the allocator's usual reserve ({rt.reserve / 2**30:.1f} GiB) does not fit beside "
+            "the allocated peak: PyTorch frees its cached blocks before it raises OOM, so it "
+            f"keeps {reserve / 2**30:.1f} GiB"
+            + (" (the least fragmentation counted)" if used > usable else "")
+        )
     if job.framework == "hf" and st.pp > 1:
         assumptions.append(
             f"framework hf with pp {st.pp}: Hugging Face Transformers has no pipeline engine, so "
@@ -789,6 +834,7 @@ def _estimate(
         activation_items=act.items,
         assumptions=tuple(assumptions),
         capacity_basis=cap_basis,
+        steady_reserve_bytes=rt.reserve,
     )
 
 

@@ -13,7 +13,12 @@ dtype (fp32 under ``*-mixed``); autocast keeps a 16-bit copy of each weight it c
 * ``none``: everything replicated; with DDP (dp > 1) the reducer keeps a bucket copy of
   the gradients (``torch/nn/parallel/distributed.py``, ``gradient_as_bucket_view=False``).
 * ``zero1``: optimizer state / N (``torch/distributed/optim/zero_redundancy_optimizer.py``).
-* ``zero2``: gradients / N as well (FSDP ``SHARD_GRAD_OP``).
+* ``zero2``: FSDP ``SHARD_GRAD_OP``: parameters, gradients and optimizer state / N, like
+  ``fsdp`` (``torch/distributed/fsdp/_flat_param.py``, ``FlatParamHandle.shard`` shards under
+  every strategy but ``NO_SHARD``), except that the gathered parameters of the whole stage stay
+  from forward to backward (``_runtime_utils.py``: only the strategies in
+  ``RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES``, ``FULL_SHARD`` and ``HYBRID_SHARD``, reshard
+  after forward).
 * ``zero3`` = ``fsdp``: parameters / N too (FSDP ``FULL_SHARD``,
   ``torch/distributed/fsdp/``); the current and the prefetched unit are gathered.
 * ``hsdp``: ``fsdp`` within a node, replicated across nodes (FSDP ``HYBRID_SHARD``).
@@ -184,6 +189,11 @@ class MegatronOptions:
     """``activation_func_fp8_input_store``: the fused SwiGLU saves its input as
     ``torch.float8_e4m3fn`` (``megatron/core/fusions/fused_bias_swiglu.py``,
     ``SwiGLUFunction.forward``; ``fused_bias_geglu.py`` alike)."""
+    te_cross_entropy: bool = False
+    """``cross_entropy_fusion_impl: te``: Transformer Engine's ``parallel_cross_entropy``
+    (``transformer_engine/pytorch/cross_entropy.py``, ``CrossEntropyFunction.forward``, releases
+    up to 2.17) writes the logits gradient into the 16-bit logits during forward and saves only
+    that tensor; the backward hands it on (no fp32 softmax, no new gradient)."""
     param_remainders: bool = False
     """fp32 main parameters stored as the low 16 bits the bf16 parameter lacks: Apex
     ``DistributedFusedAdam(store_param_remainders=True)`` (``apex/contrib/optimizers/
@@ -250,21 +260,31 @@ def state_layout(
             ),
         )
     sharded = sharding in SHARDED_PARAMS and n > 1
+    shard_grad_op = sharding == "zero2" and n > 1
     return StateLayout(
         engine="pytorch",
         sharding=sharding,
         param_bytes=pb.param,
-        param_ranks=p_ranks,
+        param_ranks=n if shard_grad_op else p_ranks,
         grad_bytes=pb.grad,
         grad_ranks=g_ranks,
         optimizer_ranks=o_ranks,
         master_bytes=pb.master,
         state_bytes=pb.state,
         compute_copy_bytes=pb.compute_copy,
-        gather_bytes=(pb.compute_copy or pb.param) if sharded else 0,
+        gather_bytes=(pb.compute_copy or pb.param) if sharded or shard_grad_op else 0,
         gathered_layers=2 if sharded else 0,
+        unsharded_compute_params=shard_grad_op,
         ddp_bucket_copy=sharding == "none" and dp > 1,
         autocast=pb.autocast,
+        notes=(
+            (
+                "FSDP SHARD_GRAD_OP: parameters sharded, the gathered parameters of the stage "
+                "kept from forward to backward",
+            )
+            if shard_grad_op
+            else ()
+        ),
     )
 
 

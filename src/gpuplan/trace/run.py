@@ -618,6 +618,7 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             pipelined=st.pp > 1,
         )
     from gpuplan.estimate.frameworks import FRAMEWORKS
+    from gpuplan.estimate.memory import squeezed_reserve
 
     engine = FRAMEWORKS[spec.framework].engine
     if engine != "pytorch" and st.sharding != "none" and st.dp > 1:
@@ -639,10 +640,11 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
     m = analytic.memory
     cublas = ovh.cublas_workspace_bytes(analytic.gpu)
     allocated = model_bytes + cublas
-    reserve = ovh.allocator_reserve_bytes(allocated)
+    steady = ovh.allocator_reserve_bytes(allocated)
     extra = m.device_used_bytes - m.peak_reserved_bytes  # context + NCCL
-    used = allocated + reserve + extra
     usable = m.capacity_bytes * (1 - m.safety_margin)
+    reserve = squeezed_reserve(steady, allocated, extra, usable)
+    used = allocated + reserve + extra
     breakdown = {
         "weights": cats.get("param", 0.0) + cats.get("buffer", 0.0),
         "gradients": cats.get("grad", 0.0),
@@ -684,5 +686,6 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
         details=details,
         assumptions=(*m.assumptions, note),
         basis="traced",
+        steady_reserve_bytes=steady,
     )
     return dataclasses.replace(analytic, memory=memory)
