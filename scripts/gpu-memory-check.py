@@ -178,6 +178,68 @@ def measure(
     }
 
 
+#: The configuration whose caching-allocator reserve the squeeze check takes away.
+SQUEEZE_KEY_PREFIX = "llama-3.2-1b-full-bf16-mixed-adamw"
+#: Room left beside the job's peak allocation: half its usual reserve, then the 256 MiB
+#: fragmentation floor the estimator keeps (``gpuplan.estimate.memory.squeezed_reserve``).
+SQUEEZE_LEVELS = (("half of the usual reserve", 0.5, 0), ("256 MiB", 0.0, 256 * 2**20))
+
+
+def squeeze(
+    torch: Any,
+    cfg: Config,
+    base: dict[str, Any],
+    device: Any,
+    probe: common.MemoryProbe,
+    *,
+    use_peft: bool,
+) -> list[dict[str, Any]]:
+    """Run ``cfg`` again on a card filled so that its usual reserve does not fit.
+
+    The estimator assumes PyTorch's caching allocator frees cached blocks before it raises
+    OOM, so a job whose allocated peak fits runs with less than its usual reserve. A ballast
+    tensor leaves room for the measured peak allocation plus each level's share of the
+    measured reserve; each level records whether three steps ran, the allocator's retries
+    (``num_alloc_retries``) and the reserve it kept.
+    """
+    reserve = base["peak_reserved_bytes"] - base["peak_allocated_bytes"]
+    out: list[dict[str, Any]] = []
+    for label, share, fixed in SQUEEZE_LEVELS:
+        record: dict[str, Any] = {"room_beside_peak": label, "usual_reserve_bytes": reserve}
+        probe.release()
+        free, _ = torch.cuda.mem_get_info(device)
+        room = int(base["peak_allocated_bytes"] + share * reserve + fixed)
+        ballast_bytes = free - room
+        record["room_bytes"] = room
+        if ballast_bytes <= 0:
+            record["skipped"] = "the card has no memory to fill beside the job"
+            out.append(record)
+            continue
+        ballast = None
+        try:
+            ballast = torch.empty(ballast_bytes, dtype=torch.uint8, device=device)
+            torch.cuda.reset_accumulated_memory_stats(device)
+            got = measure(torch, cfg, device, probe, smoke=False, use_peft=use_peft)
+            stats = torch.cuda.memory_stats(device)
+            record |= {
+                "ran": True,
+                "num_alloc_retries": int(stats.get("num_alloc_retries", 0)),
+                "num_ooms": int(stats.get("num_ooms", 0)),
+                "peak_allocated_bytes": got["peak_allocated_bytes"] - ballast_bytes,
+                "reserve_kept_bytes": got["peak_reserved_bytes"] - got["peak_allocated_bytes"],
+                "steps_2_3_s": got["steps_2_3_s"],
+            }
+        except torch.cuda.OutOfMemoryError as exc:
+            record |= {"ran": False, "error": f"OutOfMemoryError: {str(exc).splitlines()[0][:300]}"}
+        except Exception as exc:  # noqa: BLE001 - a failed check must not stop the run
+            record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        finally:
+            del ballast
+            probe.release()
+        out.append(record)
+    return out
+
+
 def _precision_text(cfg: Config) -> str:
     if cfg.lora:
         cast = "torch.autocast(bfloat16)" if cfg.precision == "bf16-mixed" else "no autocast"
@@ -364,11 +426,45 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
+    squeezed: list[dict[str, Any]] | dict[str, str]
+    base = next(
+        (
+            (cfg, r)
+            for cfg, r in zip(plan, results, strict=True)
+            if r["key"].startswith(SQUEEZE_KEY_PREFIX) and "peak_allocated_bytes" in r
+        ),
+        None,
+    )
+    if device.type != "cuda":
+        squeezed = {"skipped": "needs a CUDA device (the caching allocator)"}
+    elif base is None:
+        squeezed = {"skipped": f"no measured {SQUEEZE_KEY_PREFIX} configuration"}
+    elif time.perf_counter() - started > args.budget_s:
+        squeezed = {"skipped": f"time budget of {args.budget_s:.0f} s spent"}
+    else:
+        squeezed = squeeze(torch, base[0], base[1], device, probe, use_peft=not args.no_peft)
+        for r in squeezed:
+            print(
+                f"  squeeze ({r['room_beside_peak']} beside the peak): "
+                + (
+                    f"ran, {r['num_alloc_retries']} allocation retries, reserve kept "
+                    f"{common.fmt_bytes(r['reserve_kept_bytes'])} GiB"
+                    if r.get("ran")
+                    else r.get("error") or r.get("skipped", "")
+                ),
+                flush=True,
+            )
     wall = time.perf_counter() - started
     n_rows = common.write_csv(args.out / "memory.csv", common.MEMORY_COLUMNS, rows)
     common.write_json(
         args.out / "memory-check.json",
-        {"environment": env, "size": size, "wall_s": wall, "results": results},
+        {
+            "environment": env,
+            "size": size,
+            "wall_s": wall,
+            "results": results,
+            "allocator_squeeze": squeezed,
+        },
     )
     _summary(results, gpu, wall, n_rows, args.out)
     measured = sum(1 for r in results if "peak_allocated_bytes" in r)

@@ -56,6 +56,7 @@ GEMM_COLUMNS = (
     "tflops_eager",
     "reps",
     "source",
+    "layer",
 )
 """``tflops`` is from CUDA-graph replay (kernel throughput) where capture works, else
 eager; ``tflops_eager`` is back-to-back eager ``torch.matmul`` calls (launch overhead
@@ -84,6 +85,23 @@ GEMM_SHAPES = {
     "smoke": [(64, 64, 64), (128, 32, 64)],
 }
 GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp32")
+#: The forward GEMMs of transformer layers at 16,384 tokens (M x N x K), timed in bf16 only:
+#: the same FLOPs reach less of the peak as the reduction K shortens, which the speed model
+#: charges as each output tile's store after its reduction (``compute._gemm_time``); these
+#: rows measure that, from GPT-2 small's K 768 to Llama 3 70B's K 8192.
+GEMM_LAYER_SHAPES: dict[str, list[tuple[str, int, int, int]]] = {
+    "full": [
+        ("gpt2 attn qkv", 16384, 2304, 768),
+        ("gpt2 mlp down", 16384, 768, 3072),
+        ("gpt2 mlp up", 16384, 3072, 768),
+        ("llama-3-8b qkv", 16384, 6144, 4096),
+        ("llama-3-8b gate+up", 16384, 28672, 4096),
+        ("llama-3-8b down", 16384, 4096, 14336),
+        ("llama-3-70b qkv", 16384, 10240, 8192),
+        ("llama-3-70b down", 16384, 8192, 28672),
+    ],
+    "smoke": [("tiny", 64, 96, 32)],
+}
 HBM_SIZES = {"full": [2**30, 4 * 2**30], "quick": [2**30], "smoke": [2**20]}
 
 #: (model, seq_len or image side, micro-batch sizes) per run size.
@@ -204,40 +222,43 @@ def run_gemm(torch: Any, device: Any, size: str, peaks: dict[str, float]) -> lis
             timer.sync()
         del a
     out: list[dict[str, Any]] = []
+    layers = GEMM_LAYER_SHAPES["smoke" if size == "smoke" else "full"]
+    sweep = [(dtype, "", m, n, k) for dtype in GEMM_DTYPES for m, n, k in shapes]
+    sweep += [("bf16", name, m, n, k) for name, m, n, k in layers]
     try:
-        for dtype in GEMM_DTYPES:
+        for dtype, layer, m, n, k in sweep:
             torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")
-            for m, n, k in shapes:
-                a = torch.randn(m, k, device=device, dtype=_dtype(torch, dtype))
-                b = torch.randn(k, n, device=device, dtype=_dtype(torch, dtype))
-                c = torch.empty(m, n, device=device, dtype=_dtype(torch, dtype))
+            a = torch.randn(m, k, device=device, dtype=_dtype(torch, dtype))
+            b = torch.randn(k, n, device=device, dtype=_dtype(torch, dtype))
+            c = torch.empty(m, n, device=device, dtype=_dtype(torch, dtype))
 
-                def call(a: Any = a, b: Any = b, c: Any = c) -> Any:
-                    return torch.matmul(a, b, out=c)
+            def call(a: Any = a, b: Any = b, c: Any = c) -> Any:
+                return torch.matmul(a, b, out=c)
 
-                eager_s, reps = timer.calibrated(call, TARGET_S[size])
-                graph_s = timer.graphed(call, TARGET_S[size], eager_s)
-                per_call = graph_s if graph_s is not None else eager_s
-                flop = 2.0 * m * n * k
-                tflops = flop / per_call / 1e12
-                peak = peaks.get(dtype)
-                out.append(
-                    {
-                        "shape": f"{m}x{n}x{k}",
-                        "m": m,
-                        "n": n,
-                        "k": k,
-                        "dtype": dtype,
-                        "tflops": round(tflops, 2),
-                        "dense_peak_tflops": peak,
-                        "fraction_of_dense_peak": round(tflops / peak, 4) if peak else None,
-                        "time_s": per_call,
-                        "timing": "cuda-graph" if graph_s else "eager",
-                        "tflops_eager": round(flop / eager_s / 1e12, 2),
-                        "reps": reps,
-                    }
-                )
-                del a, b, c
+            eager_s, reps = timer.calibrated(call, TARGET_S[size])
+            graph_s = timer.graphed(call, TARGET_S[size], eager_s)
+            per_call = graph_s if graph_s is not None else eager_s
+            flop = 2.0 * m * n * k
+            tflops = flop / per_call / 1e12
+            peak = peaks.get(dtype)
+            out.append(
+                {
+                    "shape": f"{m}x{n}x{k}",
+                    "m": m,
+                    "n": n,
+                    "k": k,
+                    "dtype": dtype,
+                    "tflops": round(tflops, 2),
+                    "dense_peak_tflops": peak,
+                    "fraction_of_dense_peak": round(tflops / peak, 4) if peak else None,
+                    "time_s": per_call,
+                    "timing": "cuda-graph" if graph_s else "eager",
+                    "tflops_eager": round(flop / eager_s / 1e12, 2),
+                    "reps": reps,
+                    "layer": layer,
+                }
+            )
+            del a, b, c
     finally:
         torch.set_float32_matmul_precision("highest")
     return out

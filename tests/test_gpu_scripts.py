@@ -188,6 +188,9 @@ def test_speed_check_writes_training_gemm_and_hbm_rows(speed_out: Path) -> None:
     gemm = _rows(speed_out / "gemm.csv")
     assert {g["dtype"] for g in gemm} == {"bf16", "fp16", "tf32", "fp32"}
     assert all(float(g["tflops"]) >= 0 and float(g["time_s"]) > 0 for g in gemm)
+    # the transformer-layer shapes (short reductions) are timed in bf16 and named
+    layers = [g for g in gemm if g["layer"]]
+    assert layers and all(g["dtype"] == "bf16" for g in layers)
     hbm = _rows(speed_out / "hbm.csv")
     assert hbm and all(float(h["gb_per_s"]) > 0 for h in hbm)
     report = json.loads((speed_out / "speed-check.json").read_text(encoding="utf-8"))
@@ -246,3 +249,64 @@ def test_speed_rows_name_the_profiled_attention_class() -> None:
     work = speed.workloads("smoke")[0]
     assert speed.train_spec(work, "cudnn")["attention"] == "cudnn"
     assert speed.train_spec(work)["attention"] == "fused"
+
+
+def test_squeeze_check_leaves_the_peak_plus_a_share_of_the_reserve(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The allocator squeeze check, without a GPU: a fake torch records the ballast sizes."""
+    mem = _load_script("gpu-memory-check.py")
+    gib = 2**30
+
+    class OomError(RuntimeError):
+        pass
+
+    ballasts: list[int] = []
+
+    class FakeCuda:
+        OutOfMemoryError = OomError
+
+        @staticmethod
+        def mem_get_info(device: object) -> tuple[int, int]:
+            return 70 * gib, 80 * gib
+
+        @staticmethod
+        def reset_accumulated_memory_stats(device: object) -> None:
+            pass
+
+        @staticmethod
+        def memory_stats(device: object) -> dict[str, int]:
+            return {"num_alloc_retries": 3, "num_ooms": 0}
+
+    class FakeTorch:
+        cuda = FakeCuda
+        uint8 = "uint8"
+
+        @staticmethod
+        def empty(n: int, dtype: object, device: object) -> object:
+            ballasts.append(n)
+            return object()
+
+    class Probe:
+        def release(self) -> None:
+            pass
+
+    calls = iter(
+        [
+            {"peak_allocated_bytes": 55 * gib, "peak_reserved_bytes": 56 * gib, "steps_2_3_s": 1.0},
+            OomError("CUDA out of memory. Tried to allocate 20.00 MiB"),
+        ]
+    )
+
+    def fake_measure(*args: object, **kwargs: object) -> dict[str, float]:
+        got = next(calls)
+        if isinstance(got, Exception):
+            raise got
+        return got  # type: ignore[return-value]
+
+    monkeypatch.setattr(mem, "measure", fake_measure)
+    base = {"peak_allocated_bytes": 20 * gib, "peak_reserved_bytes": 24 * gib}
+    out = mem.squeeze(FakeTorch, None, base, "cuda:0", Probe(), use_peft=False)
+    # room: the peak plus half the 4 GiB reserve, then the peak plus 256 MiB
+    assert ballasts == [70 * gib - 22 * gib, 70 * gib - (20 * gib + 256 * 2**20)]
+    assert out[0]["ran"] and out[0]["num_alloc_retries"] == 3
+    assert out[0]["reserve_kept_bytes"] == gib
+    assert out[1]["ran"] is False and out[1]["error"].startswith("OutOfMemoryError")
