@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuplan.estimate.memory import MemoryEstimate, squeezed_reserve
+from gpuplan.estimate.memory import RESERVE_DETAIL, MemoryEstimate, squeezed_reserve
 from gpuplan.estimate.strategy import Strategy
 
 LABEL = "activations: interleaved 1F1B warm-up (extra chunks in flight)"
-RESERVE_LABEL = "overhead: caching-allocator reserve"
 
 
 def interleave_factor(st: Strategy) -> float:
@@ -48,8 +47,7 @@ def with_interleaving(mem: MemoryEstimate, st: Strategy) -> MemoryEstimate:
     usable = mem.capacity_bytes * (1 - mem.safety_margin)
     allocated = mem.peak_allocated_bytes + extra
     outside = mem.device_used_bytes - mem.peak_reserved_bytes  # CUDA context, NCCL
-    steady = mem.steady_reserve_bytes
-    reserve = squeezed_reserve(steady, allocated, outside, usable)
+    reserve = squeezed_reserve(mem.steady_reserve_bytes, allocated, outside, usable)
     used = allocated + reserve + outside
     breakdown = dict(mem.breakdown)
     breakdown["activations"] = breakdown.get("activations", 0.0) + extra
@@ -59,11 +57,10 @@ def with_interleaving(mem: MemoryEstimate, st: Strategy) -> MemoryEstimate:
         peak_allocated_bytes=allocated,
         peak_reserved_bytes=allocated + reserve,
         device_used_bytes=used,
-        steady_reserve_bytes=steady,
         fits=used <= usable,
         headroom_bytes=usable - used,
         breakdown=breakdown,
-        details={**mem.details, LABEL: extra, RESERVE_LABEL: reserve},
+        details={**mem.details, LABEL: extra, RESERVE_DETAIL: reserve},
         assumptions=(
             *mem.assumptions,
             f"interleaved pipeline (vp={st.vp}): the first stage keeps "

@@ -627,6 +627,10 @@ def activation_bytes(
     return ActivationBytes(saved=saved, transient=transient, items=tuple(items))
 
 
+RESERVE_DETAIL = "overhead: caching-allocator reserve"
+"""The ``details`` key of the reserve counted (a derived estimate rewrites it by this key)."""
+
+
 def squeezed_reserve(steady: float, allocated: float, outside: float, usable: float) -> float:
     """The caching allocator's reserve when the device is nearly full.
 
@@ -791,7 +795,7 @@ def _estimate(
     details["activations: saved for backward"] = act.saved
     details["activations: loss/logits gradients (start of backward)"] = act.transient
     details["overhead: cuBLAS workspaces"] = rt.cublas
-    details["overhead: caching-allocator reserve"] = reserve
+    details[RESERVE_DETAIL] = reserve
     details["overhead: CUDA context"] = rt.context
     details["overhead: NCCL buffers"] = rt.nccl
     assumptions += list(lay.notes)
