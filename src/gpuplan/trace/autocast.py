@@ -80,7 +80,7 @@ class CudaAutocast(TorchFunctionMode):
         if not self._outer:
             # autocast empties its weight-cast cache on leaving the outermost context: the
             # 16-bit copies then live only as long as the autograd graph that saved them
-            self._cache.clear()
+            self.clear_cache()
         super().__exit__(*exc)  # type: ignore[no-untyped-call]
 
     def recompute_context(self) -> tuple[contextlib.AbstractContextManager[Any], CudaAutocast]:
@@ -97,9 +97,14 @@ class CudaAutocast(TorchFunctionMode):
         self.dtype = dtype
         self._cache: dict[int, torch.Tensor] = {}
         self._outer: list[torch.dtype | None] = []
+        self.weight_cast_bytes = 0
+        """The most bytes the weight-cast cache held in one iteration: the 16-bit copies of
+        the trainable weights that a forward keeps (saved for backward)."""
 
     def clear_cache(self) -> None:
         """Drop cached weight casts (autocast does this on leaving the context)."""
+        held = sum(t.numel() * t.element_size() for t in self._cache.values())
+        self.weight_cast_bytes = max(self.weight_cast_bytes, held)
         self._cache.clear()
 
     def _cast(self, value: Any, dtype: torch.dtype) -> Any:

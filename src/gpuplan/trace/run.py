@@ -33,7 +33,12 @@ class TraceResult:
 
     peak_bytes: float
     categories_at_peak: dict[str, float]
+    phases: dict[str, dict[str, float]]
+    """Bytes by category at each traced phase's own peak (forward, backward, optimizer step)."""
     activations_after_forward: float
+    weight_casts_bytes: float
+    """16-bit copies of the trainable weights that autocast keeps from forward to backward
+    (inside the ``act`` category)."""
     layers_traced: tuple[int, ...]
     extrapolated: bool
     wall_s: float
@@ -391,8 +396,9 @@ def _trace_once(
     batch: int,
     part: RankSlice | None = None,
     grads_persist: bool = False,
-) -> tuple[dict[str, Phase], float]:
-    """Per-phase peaks of the second of two traced steps, and the activations after forward."""
+) -> tuple[dict[str, Phase], float, float]:
+    """Per-phase peaks of the second of two traced steps, the activations after forward, and
+    the bytes of 16-bit weight copies autocast kept through forward (0 without autocast)."""
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -499,7 +505,7 @@ def _trace_once(
     ):
         dev = snapshot.get(meta, {})
         phases[key] = (float(dev.get("Total", 0.0)), _categories(dev))
-    return phases, act_fw
+    return phases, act_fw, float(cast.weight_cast_bytes) if cast is not None else 0.0
 
 
 Phase = tuple[float, dict[str, float]]
@@ -566,17 +572,19 @@ def trace_memory(
     try:
         if rank_params <= MAX_TRACED_PARAMS or shape.family in ("cnn", "vit"):
             layers_arg = stage if stage != shape.layers else None
-            phases, act = _trace_once(
+            phases, act, casts = _trace_once(
                 config, spec, shape.family, layers_arg, seq, mb, part, grads_persist
             )
             peak, cats = _peak(phases)
             layers: tuple[int, ...] = (stage,)
             extrapolated = False
         else:
-            ph1, a1 = _trace_once(config, spec, shape.family, 1, seq, mb, part, grads_persist)
-            ph2, a2 = _trace_once(config, spec, shape.family, 2, seq, mb, part, grads_persist)
-            peak, cats = _peak(_extrapolate(ph1, ph2, stage - 1))
+            ph1, a1, c1 = _trace_once(config, spec, shape.family, 1, seq, mb, part, grads_persist)
+            ph2, a2, c2 = _trace_once(config, spec, shape.family, 2, seq, mb, part, grads_persist)
+            phases = _extrapolate(ph1, ph2, stage - 1)
+            peak, cats = _peak(phases)
             act = a1 + (stage - 1) * (a2 - a1)
+            casts = c1 + (stage - 1) * (c2 - c1)
             layers, extrapolated = (1, 2), True
     except GpuPlanError:
         raise
@@ -588,11 +596,56 @@ def trace_memory(
     return TraceResult(
         peak_bytes=peak,
         categories_at_peak=cats,
+        phases={key: dict(phase[1]) for key, phase in phases.items()},
         activations_after_forward=act,
+        weight_casts_bytes=casts,
         layers_traced=layers,
         extrapolated=extrapolated,
         wall_s=time.perf_counter() - start,
     )
+
+
+def _sharded_peak(traced: TraceResult, spec: Any, st: Any) -> dict[str, float]:
+    """One rank's bytes by category at its peak phase, under the strategy's sharding.
+
+    The trace runs one unsharded replica. Phase by phase, each category is divided over the
+    ranks the engine shards it across (the analytic model's layout: PyTorch ``zero2`` is FSDP
+    SHARD_GRAD_OP, which shards the parameters too), and the peak is taken after that, as a
+    sharded optimizer step is small enough for the peak to move to backward. Where the engine
+    gathers each unit's weights for its forward and again for its backward (FSDP full
+    sharding, ZeRO-3), the 16-bit weight copies that autocast keeps through the traced forward
+    are not held; the analytic model's gathered units in flight are, in the non-optimizer
+    phases. Under SHARD_GRAD_OP the copies the trace keeps are the gathered parameters kept
+    from forward to backward, and stay.
+    """
+    from gpuplan.estimate import memory
+    from gpuplan.estimate.fit import memory_job, spec_shape
+
+    shape = spec_shape(spec)
+    job = memory_job(spec, shape)
+    lay = memory.layout_for(job, st)
+    per_unit = lay.param_ranks > 1 and lay.gathered_layers > 0 and not lay.unsharded_compute_params
+    held = 0.0
+    if per_unit:
+        stage = memory.stage_params(shape, st)
+        tr = memory.trained(shape, job, st, stage, lay)
+        w = memory.weight_bytes(shape, job, st, stage, lay, tr, [])
+        held = w.gathered + w.compute_copies
+
+    def shard(phase: str, raw: dict[str, float]) -> dict[str, float]:
+        cats = dict(raw)
+        cats["opt"] = cats.get("opt", 0.0) / lay.optimizer_ranks
+        cats["grad"] = cats.get("grad", 0.0) / lay.grad_ranks
+        cats["param"] = cats.get("param", 0.0) / lay.param_ranks
+        if per_unit and phase != "optimizer step":
+            cats["act"] = max(0.0, cats.get("act", 0.0) - traced.weight_casts_bytes)
+            cats["param"] += held
+        return cats
+
+    if not traced.phases:
+        return shard("", traced.categories_at_peak)
+    scaled = [shard(phase, raw) for phase, raw in traced.phases.items()]
+    return max(scaled, key=lambda cats: sum(cats.values()))
 
 
 def trace_fit(spec: Any, analytic: Any) -> Any:
@@ -628,14 +681,7 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             hint="drop --trace, or set framework: hf",
         )
     traced = trace_memory(spec, part, grads_persist=st.grad_accum > 1)
-    cats = dict(traced.categories_at_peak)
-    dp = st.shard_degree
-    if dp > 1 and st.sharding != "none":
-        cats["opt"] = cats.get("opt", 0.0) / dp
-        if st.sharding in ("zero2", "zero3", "fsdp", "hsdp"):
-            cats["grad"] = cats.get("grad", 0.0) / dp
-        if st.sharding in ("zero3", "fsdp", "hsdp"):
-            cats["param"] = cats.get("param", 0.0) / dp
+    cats = _sharded_peak(traced, spec, st)
     model_bytes = sum(cats.values())
     m = analytic.memory
     cublas = ovh.cublas_workspace_bytes(analytic.gpu)
