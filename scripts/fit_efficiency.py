@@ -178,11 +178,14 @@ FIXED: frozenset[str] = frozenset(
         "Blackwell.attention_cudnn",
         "Volta.gemm",
         "Volta.gemm_fp32",
+        "overlap.tensor_parallel",
     }
 )
 """Parameters not fitted, kept at their prior (``START``), because fitting them raised the
 leave-one-source-out error of their rows, checked by re-fitting every fold with them held
-(2026-12-01, source-balanced fit; docs/accuracy.md gives the figures). ``--fix=NAME,...``
+(2026-12-01, source-balanced fit; docs/accuracy.md gives the figures; overlap.tensor_parallel
+since 2026-12-02, when the H100 MLPerf BERT rows were corrected to fp8: fitted to 0.95 it left
+its 33 rows at 5.9% against 5.0% at the prior). ``--fix=NAME,...``
 tries more; ``--unfix=NAME,...`` fits a held one, to re-check its verdict after a change."""
 MAX_ROUNDS = 4
 CUDNN_OVER_FLASH2 = {"Hopper": 2.0}
