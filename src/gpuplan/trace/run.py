@@ -605,8 +605,9 @@ def trace_memory(
     )
 
 
-def _sharded_peak(traced: TraceResult, spec: Any, st: Any) -> dict[str, float]:
-    """One rank's bytes by category at its peak phase, under the strategy's sharding.
+def _sharded_peak(traced: TraceResult, spec: Any, st: Any) -> tuple[dict[str, float], str]:
+    """One rank's bytes by category at its peak phase, under the strategy's sharding, and
+    what was done to the traced replica to get them ("" when nothing is sharded).
 
     The trace runs one unsharded replica. Phase by phase, each category is divided over the
     ranks the engine shards it across (the analytic model's layout: PyTorch ``zero2`` is FSDP
@@ -642,10 +643,22 @@ def _sharded_peak(traced: TraceResult, spec: Any, st: Any) -> dict[str, float]:
             cats["param"] += held
         return cats
 
+    note = ""
+    if max(lay.param_ranks, lay.grad_ranks, lay.optimizer_ranks) > 1:
+        note = (
+            f"; one unsharded replica traced, then per phase parameters / {lay.param_ranks}, "
+            f"gradients / {lay.grad_ranks}, optimizer state / {lay.optimizer_ranks} "
+            f"({lay.engine} {lay.sharding})"
+        )
+        if per_unit:
+            note += (
+                ", the traced autocast weight copies replaced by the analytic gathered units "
+                "in flight"
+            )
     if not traced.phases:
-        return shard("", traced.categories_at_peak)
+        return shard("", traced.categories_at_peak), note
     scaled = [shard(phase, raw) for phase, raw in traced.phases.items()]
-    return max(scaled, key=lambda cats: sum(cats.values()))
+    return max(scaled, key=lambda cats: sum(cats.values())), note
 
 
 def trace_fit(spec: Any, analytic: Any) -> Any:
@@ -681,7 +694,7 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             hint="drop --trace, or set framework: hf",
         )
     traced = trace_memory(spec, part, grads_persist=st.grad_accum > 1)
-    cats = _sharded_peak(traced, spec, st)
+    cats, shard_note = _sharded_peak(traced, spec, st)
     model_bytes = sum(cats.values())
     m = analytic.memory
     cublas = ovh.cublas_workspace_bytes(analytic.gpu)
@@ -702,6 +715,7 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
         f"traced on meta with layers {traced.layers_traced}"
         + (", extrapolated per layer" if traced.extrapolated else "")
         + f" in {traced.wall_s:.1f}s"
+        + shard_note
     )
     if part is not None:
         note += (
