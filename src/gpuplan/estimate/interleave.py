@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuplan.estimate.memory import RESERVE_DETAIL, MemoryEstimate, squeezed_reserve
+from gpuplan.estimate.memory import (
+    RESERVE_DETAIL,
+    MemoryEstimate,
+    reserve_note,
+    restate_reserve,
+    squeezed_reserve,
+)
 from gpuplan.estimate.strategy import Strategy
 
 LABEL = "activations: interleaved 1F1B warm-up (extra chunks in flight)"
@@ -61,9 +67,12 @@ def with_interleaving(mem: MemoryEstimate, st: Strategy) -> MemoryEstimate:
         headroom_bytes=usable - used,
         breakdown=breakdown,
         details={**mem.details, LABEL: extra, RESERVE_DETAIL: reserve},
-        assumptions=(
-            *mem.assumptions,
-            f"interleaved pipeline (vp={st.vp}): the first stage keeps "
-            f"{1 + factor:.2f}x the 1F1B activations, 1 + (pp-1)/(pp*vp) (Korthikanti et al. 2023)",
+        assumptions=restate_reserve(
+            (
+                *mem.assumptions,
+                f"interleaved pipeline (vp={st.vp}): the first stage keeps {1 + factor:.2f}x "
+                "the 1F1B activations, 1 + (pp-1)/(pp*vp) (Korthikanti et al. 2023)",
+            ),
+            reserve_note(mem.steady_reserve_bytes, reserve, used, usable),
         ),
     )

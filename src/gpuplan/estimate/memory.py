@@ -647,6 +647,27 @@ def squeezed_reserve(steady: float, allocated: float, outside: float, usable: fl
     return max(floor, min(steady, room))
 
 
+RESERVE_NOTE_PREFIX = "the allocator's usual reserve"
+
+
+def reserve_note(steady: float, reserve: float, used: float, usable: float) -> str:
+    """The assumption that says the reserve was squeezed (:func:`squeezed_reserve`), or ""."""
+    if reserve >= steady:
+        return ""
+    return (
+        f"{RESERVE_NOTE_PREFIX} ({steady / 2**30:.1f} GiB) does not fit beside the allocated "
+        "peak: PyTorch frees its cached blocks before it raises OOM, so it keeps "
+        f"{reserve / 2**30:.1f} GiB"
+        + (" (the least fragmentation counted)" if used > usable else "")
+    )
+
+
+def restate_reserve(assumptions: tuple[str, ...], note: str) -> tuple[str, ...]:
+    """``assumptions`` with the reserve's note of a derived estimate in place of the base's."""
+    kept = tuple(a for a in assumptions if not a.startswith(RESERVE_NOTE_PREFIX))
+    return (*kept, note) if note else kept
+
+
 def runtime_bytes(
     job: MemoryJob,
     st: Strategy,
@@ -799,13 +820,9 @@ def _estimate(
     details["overhead: CUDA context"] = rt.context
     details["overhead: NCCL buffers"] = rt.nccl
     assumptions += list(lay.notes)
-    if reserve < rt.reserve:
-        assumptions.append(
-            f"the allocator's usual reserve ({rt.reserve / 2**30:.1f} GiB) does not fit beside "
-            "the allocated peak: PyTorch frees its cached blocks before it raises OOM, so it "
-            f"keeps {reserve / 2**30:.1f} GiB"
-            + (" (the least fragmentation counted)" if used > usable else "")
-        )
+    note = reserve_note(rt.reserve, reserve, used, usable)
+    if note:
+        assumptions.append(note)
     if job.framework == "hf" and st.pp > 1:
         assumptions.append(
             f"framework hf with pp {st.pp}: Hugging Face Transformers has no pipeline engine, so "

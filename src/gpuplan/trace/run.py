@@ -684,7 +684,7 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             pipelined=st.pp > 1,
         )
     from gpuplan.estimate.frameworks import FRAMEWORKS
-    from gpuplan.estimate.memory import squeezed_reserve
+    from gpuplan.estimate.memory import reserve_note, restate_reserve, squeezed_reserve
 
     engine = FRAMEWORKS[spec.framework].engine
     if engine != "pytorch" and st.sharding != "none" and st.dp > 1:
@@ -744,7 +744,9 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
         headroom_bytes=usable - used,
         breakdown=breakdown,
         details=details,
-        assumptions=(*m.assumptions, note),
+        assumptions=restate_reserve(
+            (*m.assumptions, note), reserve_note(steady, reserve, used, usable)
+        ),
         basis="traced",
         steady_reserve_bytes=steady,
     )
