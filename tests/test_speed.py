@@ -553,3 +553,43 @@ def test_tensor_core_efficiency_follows_each_gpus_measured_matmul(cat) -> None: 
         for g in ("A100-80GB", "A100-80GB-PCIE")
     }
     assert step["A100-80GB-PCIE"] > step["A100-80GB"]  # same datasheet, less sustained
+
+
+def _ttt(cat, work: dict[str, object], model: str = "llama-3-8b", **extra: object):  # type: ignore[no-untyped-def]
+    shape = {"image_size": 224} if model == "resnet-50" else {"seq_len": 4096}
+    spec = parse_spec(
+        {
+            "model": model,
+            **shape,
+            "precision": "bf16-mixed",
+            "global_batch_size": 64,
+            "work": work,
+            **extra,
+        }
+    )
+    gpu = cat.gpu("H100-SXM")
+    return configure(spec, gpu, 8, default_topology(gpu, 8)).time
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "resnet-50"])
+def test_evaluation_adds_forward_passes_to_the_run(cat, model: str) -> None:  # type: ignore[no-untyped-def]
+    """work.eval_samples costs forward passes only: per sample about a third of a training
+    step's (forward, against forward plus a backward of twice its FLOPs)."""
+    base = _ttt(cat, {"samples": 64_000}, model)
+    with_eval = _ttt(cat, {"samples": 64_000, "eval_samples": 6_400}, model)
+    assert base.eval_s == 0.0
+    assert with_eval.step_time_s == base.step_time_s
+    assert with_eval.time_to_train_s == pytest.approx(base.time_to_train_s + with_eval.eval_s)
+    per_train = base.time_to_train_s / 64_000
+    per_eval = with_eval.eval_s / 6_400
+    assert 0.2 < per_eval / per_train < 0.5, per_eval / per_train
+    assert any(a.startswith("evaluation: 6400 samples") for a in with_eval.assumptions)
+
+
+def test_eval_samples_is_checked(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec = tmp_path / "job.yaml"
+    spec.write_text("model: gpt2\nwork: {samples: 1000, eval_samples: -5}\n")
+    result = cli("estimate", str(spec), "--gpu", "H100-SXM", "--json")
+    assert result.exit_code == 2
+    assert "eval_samples" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) <= 2

@@ -213,8 +213,14 @@ class WorkSpec(_Spec):
     samples: int | None = Field(default=None, gt=0, description="Dataset size in samples.")
     epochs: float | None = Field(default=None, gt=0, description="Passes over `samples`.")
     steps: int | None = Field(default=None, gt=0, description="Optimizer steps.")
+    eval_samples: int | None = Field(
+        default=None,
+        ge=0,
+        description="Samples evaluated (forward only) over the whole run, e.g. 8 validation "
+        "passes of 173 samples = 1384; their time is added to time_to_train.",
+    )
 
-    @field_validator("tokens", "samples", "steps", mode="before")
+    @field_validator("tokens", "samples", "steps", "eval_samples", mode="before")
     @classmethod
     def _scientific_count(cls, value: object) -> object:
         """YAML reads ``1e9`` and ``2.5e9`` as strings (its floats need a dot and a signed

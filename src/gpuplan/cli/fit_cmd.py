@@ -291,6 +291,7 @@ def _print_time(conf: Any) -> None:
     if t.time_to_train_s is not None:
         out.print(
             f"time to train: {format_duration(t.time_to_train_s)} ({t.gpu_hours:,.0f} GPU-hours)"
+            + (f", of which evaluation {format_duration(t.eval_s)}" if t.eval_s else "")
         )
     else:
         out.print("time to train: give `work` in the spec ({tokens}, {samples, epochs} or {steps})")

@@ -49,6 +49,9 @@ class ComputeTime:
     model_flops_per_micro_batch: float
     hardware_flops_per_micro_batch: float
     parts: dict[str, float]
+    forward_s: float = 0.0
+    """The forward pass alone of one micro-batch (layers and head): what an evaluation pass
+    costs, with the loss but no backward, no recompute and no optimizer."""
 
 
 def _gemm_time(
@@ -158,6 +161,7 @@ def transformer_step(
     t_gemm = 0.0
     cast_bytes = 0.0
     t_gemm_kept = 0.0  # forward GEMM time whose output per-op checkpointing keeps
+    t_gemm_fwd = 0.0
     mms = [lin for lin in shape.linears if lin.role != "router"]
     kept_linears = {id(lin) for lin in mms[0::2]}
     for lin in shape.linears:
@@ -196,6 +200,7 @@ def transformer_step(
             wgrad=tr.full,
         )
         t_gemm += t_all
+        t_gemm_fwd += t_lin
         if id(lin) in kept_linears:
             t_gemm_kept += t_lin
     # attention core (per layer, causal halves the work with flash)
@@ -236,7 +241,7 @@ def transformer_step(
         per_layer += t_gemm / (1 + (2.0 if tr.full else 1.0)) - t_gemm_kept + t_elem / 3
     layer_s = layers * per_layer
     # LM head + loss on the last stage (vocab-parallel under TP)
-    head_s = 0.0
+    head_s = head_fwd = 0.0
     head_flops = 0.0
     if shape.family == "decoder" and shape.vocab:
         head_flops = 2 * tokens * shape.hidden * shape.vocab / tp
@@ -252,10 +257,12 @@ def transformer_step(
             shape.hidden * shape.vocab / tp * a,
         )
         head_peak, head_eff = (peak16, eff16 or eff) if dtype == "fp8" else (peak, eff)
-        _, head_s = _gemm_passes(
+        head_fwd, head_s = _gemm_passes(
             head_flops, head_bytes, head_peak, bw, head_eff, None, head_outs, wgrad=tr.full
         )
-        head_s += 3 * tokens * shape.vocab / tp * 4 / (bw * eff.hbm)  # fp32 loss passes
+        loss_pass = tokens * shape.vocab / tp * 4 / (bw * eff.hbm)
+        head_s += 3 * loss_pass  # fp32 loss passes: softmax read and write, gradient write
+        head_fwd += 2 * loss_pass
         head_flops *= 1 + head_bwd
     model = layers * (3 * gemm_fwd + 3 * attn_fwd) + (head_flops if tr.full else head_flops * 1.5)
     hw = layers * (gemm_fwd + gemm_bwd + attn_hw) + head_flops
@@ -264,6 +271,14 @@ def transformer_step(
         head_s=head_s,
         model_flops_per_micro_batch=model,
         hardware_flops_per_micro_batch=hw,
+        forward_s=layers
+        * (
+            t_gemm_fwd
+            + t_attn / (1 + FLASH_BWD_FACTOR if fused_attention else 3)
+            + t_elem * 2 / ELEMENTWISE_PASSES
+            + t_launch / 3
+        )
+        + head_fwd,
         parts={
             "gemm": layers * t_gemm,
             "attention": layers * t_attn,
@@ -283,6 +298,10 @@ dx (5). In-place ReLU: read and write (2); ``threshold_backward`` reads y and dy
 Residual add: reads two, writes one (3); in backward the two branches' gradients are summed at the
 block input (3). Other layers (pooling) and fused kernels: 4, the saved output written and read in
 forward and read again in backward."""
+EAGER_FORWARD_PASSES = {"batchnorm": 3, "relu": 2, "add": 3}
+"""The forward share of :data:`EAGER_PASSES` (batch norm reads x twice and writes y; ReLU reads
+and writes; the add reads two and writes one); other layers and fused kernels 2 (the output
+written and read)."""
 FUSED_PASSES = 4
 """Passes over a non-convolution layer's output when it is fused or not in ``EAGER_PASSES``."""
 NCHW_TRANSPOSE_PASSES = 6
@@ -327,13 +346,17 @@ def cnn_step(
     launches = 0
     transposes = kernels == "eager" and dtype != "fp32"
     prev_out = 0.0
+    t_fwd = 0.0  # the forward convolutions
+    elem_fwd_bytes = 0.0
     for layer in shape.cnn_layers:
         flops = layer.forward_flops * b * image_scale
         out = layer.output_elements * b * image_scale
         if layer.kind in ("conv", "linear"):
             nbytes = 2 * out * act_bytes + layer.params * act_bytes
             outs = (out * act_bytes, prev_out * act_bytes, layer.params * act_bytes)
-            t += _gemm_passes(flops, nbytes, peak, bw, eff, None, outs, wgrad=True)[1]
+            conv_fwd, conv_all = _gemm_passes(flops, nbytes, peak, bw, eff, None, outs, wgrad=True)
+            t += conv_all
+            t_fwd += conv_fwd
             fwd += flops
             if transposes and layer.kind == "conv":
                 # the input is the previous layer's output (the image for the stem)
@@ -343,6 +366,8 @@ def cnn_step(
                 FUSED_PASSES if kernels == "fused" else EAGER_PASSES.get(layer.kind, FUSED_PASSES)
             )
             elem_bytes += out * act_bytes * passes
+            fwd_passes = 2 if kernels == "fused" else EAGER_FORWARD_PASSES.get(layer.kind, 2)
+            elem_fwd_bytes += out * act_bytes * fwd_passes
         prev_out = out
         launches += 3
     t_elem = elem_bytes / (bw * eff.hbm)
@@ -357,4 +382,7 @@ def cnn_step(
         model_flops_per_micro_batch=3 * fwd,
         hardware_flops_per_micro_batch=3 * fwd,
         parts=parts,
+        forward_s=t_fwd
+        + (elem_fwd_bytes + transpose_bytes / 3) / (bw * eff.hbm)
+        + launches / 3 * eff.kernel_overhead_s,
     )

@@ -19,7 +19,7 @@ import math
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import comm
 from gpuplan.estimate.activations import Numerics, Trainable, layer_items_cached
-from gpuplan.estimate.calibration import efficiencies, for_dtype
+from gpuplan.estimate.calibration import ArchEfficiency, efficiencies, for_dtype
 from gpuplan.estimate.compute import (
     CNN_KERNELS,
     EAGER_DROPOUT_PASSES,
@@ -58,6 +58,8 @@ class TimeEstimate:
     comm_total_s: float
     parts: dict[str, float]
     assumptions: tuple[str, ...]
+    eval_s: float = 0.0
+    """Forward-only evaluation over the run (``work.eval_samples``), inside ``time_to_train_s``."""
 
     def as_contract(self) -> dict[str, object]:
         """The JSON ``time`` object (contract keys first, then the breakdown)."""
@@ -76,6 +78,7 @@ class TimeEstimate:
             "bubble_s": self.bubble_s,
             "optimizer_s": self.optimizer_s,
             "comm_total_s": self.comm_total_s,
+            "eval_s": self.eval_s,
             "parts": self.parts,
             "assumptions": list(self.assumptions),
         }
@@ -122,6 +125,18 @@ def _optimizer_bytes_per_param(
     if impl == "fused":
         return fused
     return fused * UNFUSED_PASS_RATIO.get(optimizer, 1.0)
+
+
+def _eval_time(
+    eval_samples: int | None, st: Strategy, forward_s: float, eff: ArchEfficiency
+) -> float:
+    """Seconds of forward-only evaluation over the run: ``eval_samples`` split over the
+    data-parallel ranks in training-size micro-batches, each stage's forward in turn (a pipeline
+    fills once per evaluation run), with the same step overhead as training."""
+    if not eval_samples:
+        return 0.0
+    micro_batches = math.ceil(eval_samples / (st.micro_batch_size * st.dp))
+    return (micro_batches + st.pp - 1) * forward_s * (1 + eff.step_overhead)
 
 
 def time_lengths(shape: Shape, job: MemoryJob) -> tuple[int, int]:
@@ -390,7 +405,14 @@ def estimate_time(
     )
     mfu = model_flops_step / (step * gpus * peak)
     steps = _work_steps(work, global_samples, tokens_per_sample)
-    ttt = steps * step if steps is not None else None
+    eval_samples: int | None = getattr(work, "eval_samples", None)
+    eval_s = _eval_time(eval_samples, st, ct.forward_s / virt, eff)
+    ttt = steps * step + eval_s if steps is not None else None
+    if eval_s:
+        assumptions.append(
+            f"evaluation: {eval_samples} samples forward only, {eval_s:.0f} s in all, at the "
+            "training micro-batch over the data-parallel ranks (pipeline stages fill once)"
+        )
     parts = {
         **{k: m * v / virt for k, v in ct.parts.items()},
         "optimizer step": optimizer_s,
@@ -432,4 +454,5 @@ def estimate_time(
         comm_total_s=comm_total,
         parts=parts,
         assumptions=tuple(assumptions),
+        eval_s=eval_s,
     )
