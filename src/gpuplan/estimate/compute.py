@@ -274,7 +274,7 @@ def transformer_step(
         forward_s=layers
         * (
             t_gemm_fwd
-            + t_attn / (1 + FLASH_BWD_FACTOR if fused_attention else 3)
+            + t_attn / ((1 + FLASH_BWD_FACTOR) if fused_attention else 3)
             + t_elem * 2 / ELEMENTWISE_PASSES
             + t_launch / 3
         )

@@ -655,8 +655,6 @@ def _sharded_peak(traced: TraceResult, spec: Any, st: Any) -> tuple[dict[str, fl
                 ", the traced autocast weight copies replaced by the analytic gathered units "
                 "in flight"
             )
-    if not traced.phases:
-        return shard("", traced.categories_at_peak), note
     scaled = [shard(phase, raw) for phase, raw in traced.phases.items()]
     return max(scaled, key=lambda cats: sum(cats.values())), note
 
