@@ -3,8 +3,10 @@
 Parameters: one per (architecture, compute class), ``gemm`` for 16-bit/tf32 tensor
 cores, ``gemm_fp8`` for fp8, ``gemm_fp32`` for plain fp32; per architecture ``attention``
 and ``attention_cudnn``, the fused-attention efficiencies (FlashAttention-2 class and
-cuDNN/FlashAttention-3 class), on its rows at sequence length >= 8192 (on Hopper,
-``attention_cudnn`` is the measured cuDNN/FA2 ratio times ``attention``); and one global
+cuDNN/FlashAttention-3 class), on its rows at sequence length >= 8192 where attention is at
+least a tenth of the step (ATTENTION_MIN_SHARE), up to the best measured kernel's share of peak
+(ATTENTION_CEILING; on Hopper, ``attention_cudnn`` is the measured cuDNN/FA2 ratio times
+``attention``); and one global
 tensor-parallel overlap fraction, on the rows with tp > 1. Each is chosen on a grid to
 minimise the source-balanced median |log(predicted / measured)| over its rows (each
 source's rows weigh 1 in all), never per row; groups with
@@ -42,7 +44,13 @@ from gpuplan import holdout
 from gpuplan.catalog.loader import load_catalog
 from gpuplan.errors import GpuPlanError
 from gpuplan.estimate import calibration
-from gpuplan.validation import UNIT_SCALE, predict_training, read_table, source_of
+from gpuplan.validation import (
+    UNIT_SCALE,
+    predict_training,
+    read_table,
+    source_of,
+    training_time,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE = REPO / "validation" / "training.csv"
@@ -146,7 +154,8 @@ def _fit_key(
             print(f"  {arch:13s} {key:9s}   kept prior: only {len(members)} row(s)")
         return effs
     best = (math.inf, getattr(effs.archs[arch], key))
-    for value in GRID:
+    ceiling = ATTENTION_CEILING.get(arch, 1.0) if key == "attention" else 1.0
+    for value in [v for v in GRID if v <= ceiling]:
         calibration.use_efficiencies(_with(effs, arch, key, value))
         score = _score(members)
         if score is not None and score < best[0]:
@@ -186,6 +195,12 @@ was held for part of 2026-12-02 and is fitted again since the MLPerf rows' evalu
 its 33 rows at 3.4% fitted against 4.3% at the prior). ``--fix=NAME,...``
 tries more; ``--unfix=NAME,...`` fits a held one, to re-check its verdict after a change."""
 MAX_ROUNDS = 4
+ATTENTION_CEILING = {"Hopper": 0.35}
+"""The most a FlashAttention-2-class kernel has been measured to reach, as a share of dense
+peak: on H100 35% (FlashAttention-3 paper, arXiv:2407.08608, section 1) and 329 of 989 TFLOP/s
+(pytorch/pytorch#141133). The grid stops there: the median over a handful of long-sequence
+rows is flat along GEMM/attention valleys, and without the ceiling a fold could trade a lower
+GEMM level for attention at 0.90 of peak (cuDNN's, at twice that, above peak)."""
 CUDNN_OVER_FLASH2 = {"Hopper": 2.0}
 """cuDNN-class over FlashAttention-2-class attention throughput, measured: on H100 631 vs 329
 TFLOP/s (pytorch/pytorch#141133) and 75% vs 35% of peak (FlashAttention-3 paper,
@@ -284,9 +299,42 @@ def _carry(effs: calibration.Efficiencies) -> calibration.Efficiencies:
     return effs
 
 
+ATTENTION_MIN_SHARE = 0.10
+"""A long-sequence row informs the attention efficiency only where attention is at least this
+share of its step at the priors: below it, doubling the efficiency moves the row's prediction
+by less than 5%, under the table's median error, and the row's vote (its source weighs as
+much as any other) would set attention by what its GEMMs or its pipeline get wrong. Meta's
+Llama 3 405B rows (h 16384, seq 8192) spend 8% of their step in attention."""
+
+
 def _long_fused(row: dict[str, str]) -> bool:
     m = re.search(r"seq_len: (\d+)", row["spec"])
-    return bool(m) and int(m.group(1)) >= LONG_SEQ and "attention: eager" not in row["spec"]
+    if not m or int(m.group(1)) < LONG_SEQ or "attention: eager" in row["spec"]:
+        return False
+    return _attention_share(row["id"], row) >= ATTENTION_MIN_SHARE
+
+
+_SHARES: dict[str, float] = {}
+
+
+def _attention_share(rid: str, row: dict[str, str]) -> float:
+    """Attention's share of the row's step with every fitted parameter at its prior (so the
+    membership does not depend on the stored fit)."""
+    if rid not in _SHARES:
+        base = calibration.efficiencies()
+        priors = {f"{arch}.{key}": START[key] for arch in base.archs for key in START}
+        calibration.use_efficiencies(
+            holdout.efficiencies_with(base, {**priors, "overlap.tensor_parallel": START_TP_OVERLAP})
+        )
+        try:
+            t, _ = training_time(row, REPO)
+        except GpuPlanError:
+            _SHARES[rid] = 0.0
+        else:
+            _SHARES[rid] = t.parts["attention"] / sum(t.parts.values())
+        finally:
+            calibration.use_efficiencies(None)
+    return _SHARES[rid]
 
 
 def _median_pct(rows: list[dict[str, str]], effs: calibration.Efficiencies) -> float:

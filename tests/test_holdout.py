@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuplan import holdout
+from gpuplan.errors import GpuPlanError
 from gpuplan.estimate import calibration
 from gpuplan.estimate import overheads as ovh
 from gpuplan.validation import predict_memory, source_of
@@ -173,6 +175,20 @@ def test_efficiencies_with_sets_flattened_names() -> None:
     assert holdout.param_value(effs, "Hopper.gemm") == 0.3
     assert holdout.param_value(effs, "overlap.tensor_parallel") == 0.1
     assert holdout.param_value(base, "Hopper.gemm") != 0.3 or base.archs["Hopper"].gemm == 0.3
+
+
+@pytest.mark.parametrize("value", [1.8, -0.1])
+def test_efficiencies_with_refuses_a_share_outside_0_1(value: float) -> None:
+    # a fold's cuDNN attention at 1.8 of peak once came out of the grid fit unchecked
+    with pytest.raises(GpuPlanError, match=r"Hopper\.attention_cudnn = .*\[0, 1\]"):
+        holdout.efficiencies_with(calibration.efficiencies(), {"Hopper.attention_cudnn": value})
+
+
+def test_stored_folds_stay_below_the_measured_attention_ceiling() -> None:
+    # scripts/fit_efficiency.py ATTENTION_CEILING: FlashAttention-2 reaches 35% of H100 peak
+    data = yaml.safe_load((REPO / "validation" / "loso_efficiency.yaml").read_text())
+    for source, fold in data["sources"].items():
+        assert fold["params"].get("Hopper.attention", 0.0) <= 0.35, source
 
 
 def test_quantile_interpolates() -> None:

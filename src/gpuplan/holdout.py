@@ -227,10 +227,17 @@ def memory_loso(table: Path) -> LosoReport:
 def efficiencies_with(
     base: calibration.Efficiencies, params: Mapping[str, float]
 ) -> calibration.Efficiencies:
-    """``base`` with flattened parameters set: ``<architecture>.<key>`` or ``overlap.<key>``."""
+    """``base`` with flattened parameters set: ``<architecture>.<key>`` or ``overlap.<key>``.
+
+    Each value is a share of peak or of traffic hidden, so one outside [0, 1] (a fold written by
+    a broken fit) is an error, as it is in efficiency.yaml."""
     archs = dict(base.archs)
     overlap = dict(base.overlap)
     for name, value in params.items():
+        if not 0.0 <= value <= 1.0:
+            raise GpuPlanError(
+                f"{name} = {value:g}: a fitted efficiency or overlap must lie in [0, 1]"
+            )
         head, key = name.rsplit(".", 1)
         if head == "overlap":
             overlap[key] = value

@@ -408,8 +408,13 @@ def _training_layout(spec_text: str, row_id: str, repo_root: Path, hw: tuple[str
     return spec, gpu, count, topo, (shape, memory_job(spec, shape), st)
 
 
-def predict_training(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
-    """Predicted value of a training row, in its metric (seconds, tokens/s/GPU, ...)."""
+def training_time(row: dict[str, str], repo_root: Path) -> tuple[Any, str]:
+    """The time estimate (``TimeEstimate``) of a training row's layout, and the layout's label."""
+    t, label, _, _ = _timed(row, repo_root)
+    return t, label
+
+
+def _timed(row: dict[str, str], repo_root: Path) -> tuple[Any, str, Any, Any]:
     from gpuplan.estimate.configure import configure
     from gpuplan.estimate.speed import estimate_time
 
@@ -419,10 +424,14 @@ def predict_training(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
         # the layout ran for real: time it even where our (conservative) memory model disagrees
         shape, job, st = explicit
         t = estimate_time(shape, job, st, gpu, topo, work=spec.work, image_size=spec.image_size)
-        label = st.label()
-    else:
-        conf = configure(spec, gpu, count, topo, with_scaling=False, require_fit=False)
-        t, label = conf.time, conf.strategy.label()
+        return t, st.label(), spec, gpu
+    conf = configure(spec, gpu, count, topo, with_scaling=False, require_fit=False)
+    return conf.time, conf.strategy.label(), spec, gpu
+
+
+def predict_training(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
+    """Predicted value of a training row, in its metric (seconds, tokens/s/GPU, ...)."""
+    t, label, spec, gpu = _timed(row, repo_root)
     from gpuplan.estimate.compute import peak_flops
 
     dtype = {"fp32": "fp32", "tf32": "tf32"}.get(spec.precision, spec.precision.split("-")[0])
