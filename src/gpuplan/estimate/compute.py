@@ -33,6 +33,16 @@ QK^T writes the scores (1), the 1/sqrt(d) scale and the mask add each read and w
 softmax reads and writes (2), the product with V reads (1); backward the probabilities'
 gradient is written (1), softmax backward reads the output and the gradient and writes (3),
 the scale's backward reads and writes (2), the two matmuls for dQ and dK read it (2)."""
+MEGATRON_SOFTMAX_PASSES = 10
+"""The same under Megatron's fused attention softmax: the 1/sqrt(d) scale rides in the QK^T
+GEMM (``torch.baddbmm(..., alpha=1/norm_factor)``) and scale, causal mask and softmax are one
+CUDA kernel each way (``FusedScaleMaskSoftmax`` -> ``ScaledUpperTriangMaskedSoftmax``), so the
+forward's scale and mask passes (4) and the scale's backward (2) go: forward writes (1), the
+fused softmax reads and writes (2), the product with V reads (1); backward writes the
+probabilities' gradient (1), the fused softmax backward reads two and writes (3), dQ and dK
+read it (2). Megatron-LM megatron/model/transformer.py ``ParallelAttention.forward`` and
+megatron/model/fused_softmax.py at 6985e589 (2021), megatron/core/transformer/
+dot_product_attention.py and megatron/core/fusions/fused_softmax.py today."""
 EAGER_DROPOUT_PASSES = 4
 """Attention dropout: forward reads and writes (2), backward reads and writes (2), plus its
 1-byte mask written and read."""
@@ -134,6 +144,7 @@ def transformer_step(
     cudnn_attention: bool = False,
     eff16: ArchEfficiency | None = None,
     score_bytes: int = 4,
+    score_passes: int = EAGER_SCORE_PASSES,
 ) -> ComputeTime:
     """Compute time of the worst pipeline stage for one micro-batch.
 
@@ -144,7 +155,9 @@ def transformer_step(
 
     ``eff16`` is the 16-bit efficiency, for what fp8 recipes keep in 16 bits (the LM head).
     ``score_bytes``: bytes of one materialised attention score in eager attention (4 under
-    autocast, whose softmax runs in fp32, and in fp32; 2 in a model cast to 16 bits).
+    autocast, whose softmax runs in fp32, and in fp32; 2 in a model cast to 16 bits);
+    ``score_passes`` how often each is read or written in a step (:data:`EAGER_SCORE_PASSES`,
+    :data:`MEGATRON_SOFTMAX_PASSES`).
     ``attention_seq`` is the length each token attends over (packed rows with document
     masking attend within a document); default ``seq``.
     """
@@ -223,7 +236,7 @@ def transformer_step(
         # materialised scores: each pass reads or writes one score element (EAGER_SCORE_PASSES)
         elements = st.micro_batch_size * shape.heads / tp * seq * ctx
         dropout = shape.attn_dropout > 0
-        passes = EAGER_SCORE_PASSES + (EAGER_DROPOUT_PASSES if dropout else 0)
+        passes = score_passes + (EAGER_DROPOUT_PASSES if dropout else 0)
         sq_bytes = elements * (passes * score_bytes + (2 if dropout else 0))
         t_attn = 3 * _gemm_time(attn_fwd, sq_bytes / 3, peak, bw, eff)
         attn_hw = attn_fwd * 3

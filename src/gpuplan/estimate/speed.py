@@ -24,6 +24,7 @@ from gpuplan.estimate.compute import (
     CNN_KERNELS,
     EAGER_DROPOUT_PASSES,
     EAGER_SCORE_PASSES,
+    MEGATRON_SOFTMAX_PASSES,
     ComputeTime,
     cnn_step,
     peak_flops,
@@ -179,6 +180,22 @@ def _score_bytes(job: MemoryJob) -> int:
     return 2 if pb.act == 2 and not autocast else 4
 
 
+def _score_passes(job: MemoryJob, shape: Shape, st: Strategy, seq: int) -> int:
+    """Reads and writes of an eager attention score per step: Megatron fuses scale, causal
+    mask and softmax where its kernel takes the shape (``FusedScaleMaskSoftmax.
+    is_kernel_available``: 16-bit input, 16 < sk <= 4096, sq and sk and batch x heads
+    multiples of 4; 2021's code took sk <= 2048); other engines run them as separate ops."""
+    heads = shape.heads // max(st.tp, 1)
+    fused = (
+        FRAMEWORKS[job.framework].engine == "megatron"
+        and PRECISIONS[job.precision].act == 2
+        and 16 < seq <= 4096
+        and seq % 4 == 0
+        and (st.micro_batch_size * heads) % 4 == 0
+    )
+    return MEGATRON_SOFTMAX_PASSES if fused else EAGER_SCORE_PASSES
+
+
 def estimate_time(
     shape: Shape,
     job: MemoryJob,
@@ -246,6 +263,7 @@ def estimate_time(
     else:
         num = Numerics(act_bytes=pb.act, autocast=pb.autocast, compiled=job.compiled)
         score_bytes = _score_bytes(job)
+        score_passes = _score_passes(job, shape, st, max(1, seq // st.cp))
         tr = Trainable(
             full=full,
             lora_roles=job.lora_roles,
@@ -279,12 +297,18 @@ def estimate_time(
             cudnn_attention=cudnn,
             eff16=eff_all.arch(gpu),
             score_bytes=score_bytes,
+            score_passes=score_passes,
         )
         if not job.fused_attention:
             assumptions.append(
-                f"eager attention: every score read or written {EAGER_SCORE_PASSES} times a step "
-                f"({EAGER_SCORE_PASSES + EAGER_DROPOUT_PASSES} with attention dropout), "
+                f"eager attention: every score read or written {score_passes} times a step "
+                f"({score_passes + EAGER_DROPOUT_PASSES} with attention dropout), "
                 f"{score_bytes} bytes each"
+                + (
+                    " (Megatron's fused scale-mask-softmax kernel)"
+                    if score_passes == MEGATRON_SOFTMAX_PASSES
+                    else ""
+                )
             )
         tokens_per_sample = seq
     virt = eff_all.virtualization.get(topo.hosting, 1.0) * topo.compute_fraction
