@@ -19,7 +19,7 @@ from gpuplan.catalog.loader import load_catalog
 from gpuplan.errors import InfeasibleError
 from gpuplan.estimate.configure import configure, default_topology, search_space
 from gpuplan.estimate.fit import explicit_strategy, memory_job, model_shape
-from gpuplan.estimate.interleave import interleave_factor, with_interleaving
+from gpuplan.estimate.interleave import interleave_factor, scheduled_memory, with_interleaving
 from gpuplan.estimate.layout_search import layout_groups, search
 from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.strategy import (
@@ -270,6 +270,48 @@ def test_interleaving_pays_its_warm_up_activations(cat) -> None:  # type: ignore
     assert more.device_used_bytes == pytest.approx(base.device_used_bytes + extra)
     assert sum(more.breakdown.values()) == pytest.approx(more.device_used_bytes)
     assert any("interleaved" in a for a in more.assumptions)
+    # what fit and validate's refusals use: the same estimate from the interleaved layout itself
+    assert scheduled_memory(shape, job, inter, gpu).device_used_bytes == pytest.approx(
+        more.device_used_bytes
+    )
+    assert scheduled_memory(shape, job, plain, gpu).device_used_bytes == base.device_used_bytes
+
+
+def test_refused_rows_count_the_interleaved_warm_up(tmp_path: Path) -> None:
+    """A row that ran interleaved is judged on the memory `fit` reports for that layout, warm-up
+    chunks included, not on plain 1F1B's."""
+    from gpuplan.validation import refused_rows
+
+    header = (
+        "id,status,spec,gpu,count,gpus_per_node,intra_node,inter_node_gbps,fabric,metric,"
+        "measured,unit,source,what_was_measured,notes\n"
+    )
+    row = (
+        'inter,ok,"{model: llama-3-70b, method: full, precision: bf16-mixed, seq_len: 8192, '
+        "global_batch_size: 64, micro_batch_size: 1, "
+        'parallelism: {sharding: zero1, tp: 2, pp: 4, vp: 5}}",H100-SXM,8,8,nvswitch,,,'
+        "tokens_per_s_per_gpu,10,tokens/s/gpu,test,test,test\n"
+    )
+    (tmp_path / "validation").mkdir()
+    table = tmp_path / "validation" / "t.csv"
+    table.write_text(header + row, encoding="utf-8")
+    (got,) = refused_rows(table)
+    cat = load_catalog(use_user=False)
+    spec = parse_spec(
+        {
+            "model": "llama-3-70b",
+            "precision": "bf16-mixed",
+            "seq_len": 8192,
+            "global_batch_size": 64,
+            "micro_batch_size": 1,
+            "parallelism": {"sharding": "zero1", "tp": 2, "pp": 4, "vp": 5},
+        }
+    )
+    shape = model_shape(spec.model)
+    st = explicit_strategy(spec, 8, shape)
+    plain = estimate_memory(shape, memory_job(spec, shape), st, cat.gpu("H100-SXM"))
+    assert got.strategy == st.label()
+    assert got.device_used_bytes > plain.device_used_bytes
 
 
 def test_refusal_names_the_closest_layout_and_the_miss(cat) -> None:  # type: ignore[no-untyped-def]

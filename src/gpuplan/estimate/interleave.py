@@ -14,14 +14,19 @@ difference, so a search cannot take interleaving's smaller bubble for free.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate.memory import (
     RESERVE_DETAIL,
     MemoryEstimate,
+    MemoryJob,
+    estimate_memory,
     reserve_note,
     restate_reserve,
     squeezed_reserve,
 )
+from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.strategy import Strategy
 
 LABEL = "activations: interleaved 1F1B warm-up (extra chunks in flight)"
@@ -76,3 +81,15 @@ def with_interleaving(mem: MemoryEstimate, st: Strategy) -> MemoryEstimate:
             reserve_note(mem.steady_reserve_bytes, reserve, used, usable),
         ),
     )
+
+
+def scheduled_memory(
+    shape: Shape, job: MemoryJob, st: Strategy, gpu: GpuSpec, **kwargs: Any
+) -> MemoryEstimate:
+    """The memory estimate of ``st`` as its pipeline schedule runs it: plain 1F1B's, plus the
+    interleaved warm-up's extra activations where ``vp`` > 1 (what ``fit`` reports).
+    ``kwargs`` go to :func:`estimate_memory`."""
+    if st.vp <= 1:
+        return estimate_memory(shape, job, st, gpu, **kwargs)
+    plain = estimate_memory(shape, job, dataclasses.replace(st, vp=1), gpu, **kwargs)
+    return with_interleaving(plain, st)
