@@ -156,17 +156,16 @@ def _fit_key(
     best = (math.inf, getattr(effs.archs[arch], key))
     ceiling = ATTENTION_CEILING.get(arch, 1.0) if key == "attention" else 1.0
     for value in [v for v in GRID if v <= ceiling]:
-        calibration.use_efficiencies(_with(effs, arch, key, value))
+        calibration.use_efficiencies(_carry(_with(effs, arch, key, value)))
         score = _score(members)
         if score is not None and score < best[0]:
             best = (score, value)
     calibration.use_efficiencies(None)
-    if not verbose:
-        return _with(effs, arch, key, best[1])
-    print(
-        f"  {arch:13s} {key:9s} = {best[1]:.2f} on {len(members)} rows (median |log err| {best[0]:.3f})"
-    )
-    return _with(effs, arch, key, best[1])
+    if verbose:
+        print(
+            f"  {arch:13s} {key:9s} = {best[1]:.2f} on {len(members)} rows (median |log err| {best[0]:.3f})"
+        )
+    return _carry(_with(effs, arch, key, best[1]))
 
 
 START = {
@@ -246,6 +245,9 @@ def fit(
     for (arch, key), members in groups.items():
         if len(members) >= MIN_ROWS:
             effs = _with(effs, arch, key, START[key])
+    # carried values follow the fitted ones throughout, never what efficiency.yaml held
+    # (which made a re-run on the same table start elsewhere and land elsewhere)
+    effs = _carry(effs)
     order = sorted(groups.items(), key=lambda kv: (kv[0][1].startswith("attention"), kv[0]))
     for n in range(1, MAX_ROUNDS + 1):
         before = _fitted(effs)
@@ -253,9 +255,6 @@ def fit(
             print(f" round {n}")
         for (arch, key), members in order:
             effs = _fit_key(effs, arch, key, members, verbose)
-            if key == "attention" and arch in CUDNN_OVER_FLASH2:
-                cudnn = round(CUDNN_OVER_FLASH2[arch] * effs.archs[arch].attention, 2)
-                effs = _with(effs, arch, "attention_cudnn", cudnn)
         if not fix_tp:
             effs = _fit_tp_overlap(rows, effs, verbose)
         if _fitted(effs) == before:
@@ -292,6 +291,12 @@ CARRIED = (
 
 
 def _carry(effs: calibration.Efficiencies) -> calibration.Efficiencies:
+    """``effs`` with every derived value recomputed from the fitted ones: cuDNN attention
+    from FlashAttention-2's by its measured ratio (CUDNN_OVER_FLASH2), then CARRIED."""
+    for arch, ratio in CUDNN_OVER_FLASH2.items():
+        if arch in effs.archs:
+            cudnn = round(ratio * effs.archs[arch].attention, 2)
+            effs = _with(effs, arch, "attention_cudnn", cudnn)
     for arch, key, src_arch, src_key, factor in CARRIED:
         if arch in effs.archs and src_arch in effs.archs:
             value = round(factor * getattr(effs.archs[src_arch], src_key), 2)
