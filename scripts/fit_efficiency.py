@@ -326,19 +326,18 @@ def _attention_share(rid: str, row: dict[str, str]) -> float:
     """Attention's share of the row's step with every fitted parameter at its prior (so the
     membership does not depend on the stored fit)."""
     if rid not in _SHARES:
-        base = calibration.efficiencies()
+        base = calibration.efficiencies()  # its unfitted constants (hbm, overheads)
         priors = {f"{arch}.{key}": START[key] for arch in base.archs for key in START}
-        calibration.use_efficiencies(
-            holdout.efficiencies_with(base, {**priors, "overlap.tensor_parallel": START_TP_OVERLAP})
+        at_priors = holdout.efficiencies_with(
+            base, {**priors, "overlap.tensor_parallel": START_TP_OVERLAP}
         )
-        try:
-            t, _ = training_time(row, REPO)
-        except GpuPlanError:
-            _SHARES[rid] = 0.0
-        else:
-            _SHARES[rid] = t.parts["attention"] / sum(t.parts.values())
-        finally:
-            calibration.use_efficiencies(None)
+        with calibration.efficiencies_in_use(at_priors):
+            try:
+                t, _ = training_time(row, REPO)
+            except GpuPlanError:
+                _SHARES[rid] = 0.0
+            else:
+                _SHARES[rid] = t.parts["attention"] / sum(t.parts.values())
     return _SHARES[rid]
 
 

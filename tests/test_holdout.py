@@ -177,6 +177,21 @@ def test_efficiencies_with_sets_flattened_names() -> None:
     assert holdout.param_value(base, "Hopper.gemm") != 0.3 or base.archs["Hopper"].gemm == 0.3
 
 
+def test_efficiencies_in_use_puts_back_what_was_in_use() -> None:
+    base = calibration.efficiencies()
+    outer = holdout.efficiencies_with(base, {"Hopper.gemm": 0.3})
+    inner = holdout.efficiencies_with(base, {"Hopper.gemm": 0.4})
+    calibration.use_efficiencies(outer)
+    try:
+        with calibration.efficiencies_in_use(inner):
+            assert calibration.efficiencies().archs["Hopper"].gemm == 0.4
+        # a nested use (the fit script's attention shares) leaves the fit's trial in place
+        assert calibration.efficiencies().archs["Hopper"].gemm == 0.3
+    finally:
+        calibration.use_efficiencies(None)
+    assert calibration.efficiencies() == base
+
+
 @pytest.mark.parametrize("value", [1.8, -0.1])
 def test_efficiencies_with_refuses_a_share_outside_0_1(value: float) -> None:
     # a fold's cuDNN attention at 1.8 of peak once came out of the grid fit unchecked

@@ -6,8 +6,10 @@ every architecture is stated in the file with its basis; nothing is defaulted in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+from collections.abc import Iterator
 from importlib import resources
 from typing import Any
 
@@ -242,3 +244,14 @@ def use_efficiencies(effs: Efficiencies | None) -> None:
     _OVERRIDE.clear()
     if effs is not None:
         _OVERRIDE.append(effs)
+
+
+@contextlib.contextmanager
+def efficiencies_in_use(effs: Efficiencies) -> Iterator[None]:
+    """Use ``effs`` for the duration, then put back whatever was in use before."""
+    before = list(_OVERRIDE)
+    use_efficiencies(effs)
+    try:
+        yield
+    finally:
+        _OVERRIDE[:] = before
