@@ -15,9 +15,14 @@ import re
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.errors import GpuPlanError, SpecError
+
+if TYPE_CHECKING:  # the estimators load lazily: `validate` alone pays for them
+    from gpuplan.catalog.schema import GpuSpec
+    from gpuplan.estimate.speed import TimeEstimate
+    from gpuplan.spec import JobSpec
 
 UNIT_BYTES = {"B": 1, "MiB": 2**20, "GiB": 2**30, "MB": 10**6, "GB": 10**9}
 UNIT_SCALE = {
@@ -408,13 +413,13 @@ def _training_layout(spec_text: str, row_id: str, repo_root: Path, hw: tuple[str
     return spec, gpu, count, topo, (shape, memory_job(spec, shape), st)
 
 
-def training_time(row: dict[str, str], repo_root: Path) -> tuple[Any, str]:
-    """The time estimate (``TimeEstimate``) of a training row's layout, and the layout's label."""
+def training_time(row: dict[str, str], repo_root: Path) -> tuple[TimeEstimate, str]:
+    """The time estimate of a training row's layout, and the layout's label."""
     t, label, _, _ = _timed(row, repo_root)
     return t, label
 
 
-def _timed(row: dict[str, str], repo_root: Path) -> tuple[Any, str, Any, Any]:
+def _timed(row: dict[str, str], repo_root: Path) -> tuple[TimeEstimate, str, JobSpec, GpuSpec]:
     from gpuplan.estimate.configure import configure
     from gpuplan.estimate.speed import estimate_time
 
