@@ -417,6 +417,38 @@ def test_megatron_fuses_scale_mask_and_softmax_where_its_kernel_fits(cat) -> Non
     assert any("16 times a step" in a for a in long_notes)
 
 
+def test_eager_scores_are_also_in_the_elementwise_term_and_the_estimate_says_so(cat) -> None:  # type: ignore[no-untyped-def]
+    """The element-wise term prices the saved probabilities a second time (docs/accuracy.md,
+    "Eager attention's score traffic": removing it raised the LOSO error), so a longer sequence
+    grows the element-wise part by the saved scores, and the assumptions say so. With fused
+    attention nothing of s^2 is saved and the element-wise part grows only with the tokens."""
+    gpu = cat.gpu("A100-80GB")
+
+    def elementwise_per_token(seq: int, attention: str) -> tuple[float, tuple[str, ...]]:
+        spec = parse_spec(
+            {
+                "model": "bert-large",
+                "seq_len": seq,
+                "precision": "fp16-mixed",
+                "micro_batch_size": 8,
+                "attention": attention,
+                "parallelism": {"sharding": "none", "tp": 1, "pp": 1},
+            }
+        )
+        conf = configure(spec, gpu, 1, default_topology(gpu, 1))
+        tokens = conf.strategy.micro_batch_size * seq * conf.strategy.grad_accum
+        return conf.time.parts["elementwise"] / tokens, conf.time.assumptions
+
+    short, notes = elementwise_per_token(128, "eager")
+    long, _ = elementwise_per_token(512, "eager")
+    assert long > 1.5 * short  # the s^2 probabilities and dropout output per token grow with seq
+    assert any("also in the element-wise" in a for a in notes)
+    fused_short, fused_notes = elementwise_per_token(128, "fused")
+    fused_long, _ = elementwise_per_token(512, "fused")
+    assert fused_long == pytest.approx(fused_short, rel=0.01)
+    assert not any("also in the element-wise" in a for a in fused_notes)
+
+
 def test_unfused_adamw_pays_its_passes(cat) -> None:  # type: ignore[no-untyped-def]
     """torch's foreach and per-parameter AdamW make 20 element passes where the fused kernel
     makes 7 (torch/optim/adamw.py), so the memory-bound optimizer step costs 20/7 as much."""

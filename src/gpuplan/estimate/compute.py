@@ -8,7 +8,10 @@ twice the forward GEMM FLOPs (input and weight gradients; only the input
 gradient for frozen weights); fused attention's backward costs 2.5x its forward
 (it recomputes the scores). Element-wise work (norms, activations, dropout,
 residuals) is memory-bound: its traffic is taken as the saved activations
-written and read in forward and read again in backward. Full activation
+written and read in forward and read again in backward. Those include eager
+attention's saved probabilities, whose passes the score count prices too: a
+double count kept because removing it raised the out-of-sample error (8.3% to
+11-12%; docs/accuracy.md, "Eager attention's score traffic"). Full activation
 checkpointing reruns each layer's forward.
 """
 

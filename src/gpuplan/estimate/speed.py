@@ -309,6 +309,9 @@ def estimate_time(
                     if score_passes == MEGATRON_SOFTMAX_PASSES
                     else ""
                 )
+                + "; the saved probabilities (and dropout output) are also in the element-wise "
+                "term's saved activations (kept: see docs/accuracy.md, 'Eager attention's "
+                "score traffic')"
             )
         tokens_per_sample = seq
     virt = eff_all.virtualization.get(topo.hosting, 1.0) * topo.compute_fraction
