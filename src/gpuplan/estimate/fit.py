@@ -14,13 +14,12 @@ from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
 from gpuplan.estimate import bounds as bnd
 from gpuplan.estimate.frameworks import DS_COALESCED_GATHERS, FRAMEWORKS
-from gpuplan.estimate.interleave import with_interleaving
+from gpuplan.estimate.interleave import scheduled_memory
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
     DEFAULT_SAFETY_MARGIN,
     MemoryEstimate,
     MemoryJob,
-    estimate_memory,
 )
 from gpuplan.estimate.shape import Shape, shape_of
 from gpuplan.estimate.sharding import MegatronOptions, check_sharding
@@ -351,16 +350,15 @@ def _estimate(
     margin: float,
     image_size: int | None,
 ) -> MemoryEstimate:
-    mem = estimate_memory(
+    return scheduled_memory(
         shape,
         job,
-        st if st.vp == 1 else dataclasses.replace(st, vp=1),
+        st,
         gpu,
         capacity_bytes=capacity,
         safety_margin=margin,
         image_size=image_size,
     )
-    return with_interleaving(mem, st)
 
 
 def max_micro_batch(
