@@ -277,6 +277,42 @@ def test_interleaving_pays_its_warm_up_activations(cat) -> None:  # type: ignore
     assert scheduled_memory(shape, job, plain, gpu).device_used_bytes == base.device_used_bytes
 
 
+def test_interleaving_with_as_many_micro_batches_as_stages_keeps_what_1f1b_keeps() -> None:
+    """Megatron-core's interleaved schedule runs every forward before the first backward when
+    the step has ``pp`` micro-batches (``all_warmup_microbatches``): the first stage then holds
+    ``m`` micro-batches of all its chunks, 1F1B's count, not 1 + (pp-1)/(pp vp) of it. Between
+    ``pp`` and ``2 pp`` micro-batches the warm-up is capped at the step's ``m vp`` chunks."""
+    from gpuplan.estimate.strategy import Strategy
+
+    def st(ga: int, vp: int = 8, pp: int = 16) -> Strategy:
+        return Strategy(
+            sharding="zero1", tp=8, pp=pp, dp=4, micro_batch_size=1, grad_accum=ga, vp=vp
+        )
+
+    assert interleave_factor(st(16)) == 0.0  # 128 chunk forwards, all held, = 16 x 8
+    assert interleave_factor(st(32)) == pytest.approx(15 / 128)  # 2 (pp-1) + (vp-1) pp + 1 = 143
+    assert interleave_factor(st(48)) == pytest.approx(15 / 128)
+    # pp 4, vp 4: the warm-up is 2*3 + 3*4 = 18 chunks, one more in flight, 19 of 16 1F1B chunks;
+    # with 4 micro-batches only 16 chunk forwards exist
+    assert interleave_factor(st(4, vp=4, pp=4)) == 0.0
+    assert interleave_factor(st(8, vp=4, pp=4)) == pytest.approx(3 / 16)
+    assert interleave_factor(st(5, vp=4, pp=4)) == pytest.approx(3 / 16)  # 20 chunks > 19
+
+
+def test_interleaving_with_all_forwards_first_says_so(cat) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec("llama-3-70b", global_batch_size=64, seq_len=4096, micro_batch_size=4)
+    shape = model_shape(spec.model)
+    job = memory_job(spec, shape)
+    gpu = cat.gpu("H100-SXM")
+    plain = explicit_strategy(_pinned(spec, "zero1", 8, 4), 128, shape)
+    assert plain.grad_accum == plain.pp == 4  # 64 sequences over dp 4 at micro-batch 4
+    inter = dataclasses.replace(plain, vp=5)
+    base = estimate_memory(shape, job, plain, gpu)
+    out = scheduled_memory(shape, job, inter, gpu)
+    assert out.device_used_bytes == base.device_used_bytes
+    assert any("every forward before the first backward" in a for a in out.assumptions)
+
+
 def test_refused_rows_count_the_interleaved_warm_up(tmp_path: Path) -> None:
     """A row that ran interleaved is judged on the memory `fit` reports for that layout, warm-up
     chunks included, not on plain 1F1B's."""

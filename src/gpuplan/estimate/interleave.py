@@ -7,8 +7,12 @@ its first backward, each over ``layers / (pp vp)`` layers. Against plain 1F1B
 (``pp`` micro-batches of ``layers / pp`` layers) the first stage holds
 ``1 + (pp - 1) / (pp vp)`` times the activations (Korthikanti et al.,
 "Reducing Activation Recomputation in Large Transformer Models", MLSys 2023,
-Section 4.2.3). The memory estimator models plain 1F1B; this adds the
-difference, so a search cannot take interleaving's smaller bubble for free.
+Section 4.2.3). The warm-up is capped at the step's ``m vp`` chunk forwards:
+with ``m == pp`` micro-batches Megatron runs every forward before the first
+backward (``all_warmup_microbatches``), so the first stage holds ``m`` whole
+micro-batches, as plain 1F1B does, and interleaving costs no extra memory.
+The memory estimator models plain 1F1B; this adds the difference, so a
+search cannot take interleaving's smaller bubble for free.
 """
 
 from __future__ import annotations
@@ -33,10 +37,18 @@ LABEL = "activations: interleaved 1F1B warm-up (extra chunks in flight)"
 
 
 def interleave_factor(st: Strategy) -> float:
-    """Extra share of the saved activations the interleaved schedule keeps (0 without it)."""
+    """Extra share of the saved activations the interleaved schedule keeps (0 without it).
+
+    Megatron-core ``schedules.py``, ``forward_backward_pipelining_with_interleaving``: the
+    first stage runs ``2 (pp - 1) + (vp - 1) pp`` warm-up chunk forwards, or all ``m vp`` of
+    the step when that is fewer, and holds one more before its first backward. Plain 1F1B
+    holds ``min(pp, m)`` micro-batches of ``vp`` chunks each.
+    """
     if st.pp <= 1 or st.vp <= 1 or st.grad_accum < st.pp:
         return 0.0
-    return (st.pp - 1) / (st.pp * st.vp)
+    chunks = st.pp * st.vp
+    in_flight = min(chunks + st.pp - 1, st.grad_accum * st.vp)
+    return in_flight / chunks - 1
 
 
 def with_interleaving(mem: MemoryEstimate, st: Strategy) -> MemoryEstimate:
@@ -48,6 +60,13 @@ def with_interleaving(mem: MemoryEstimate, st: Strategy) -> MemoryEstimate:
     """
     factor = interleave_factor(st)
     if factor == 0.0:
+        if st.pp > 1 and st.vp > 1 and st.grad_accum == st.pp:
+            note = (
+                f"interleaved pipeline (vp={st.vp}) with as many micro-batches as stages "
+                f"({st.pp}): Megatron runs every forward before the first backward, so the "
+                "first stage keeps what 1F1B keeps"
+            )
+            return dataclasses.replace(mem, assumptions=(*mem.assumptions, note))
         return mem
     acts = mem.breakdown.get("activations", 0.0) or mem.details.get(
         "activations: saved for backward", 0.0
@@ -76,7 +95,8 @@ def with_interleaving(mem: MemoryEstimate, st: Strategy) -> MemoryEstimate:
             (
                 *mem.assumptions,
                 f"interleaved pipeline (vp={st.vp}): the first stage keeps {1 + factor:.2f}x "
-                "the 1F1B activations, 1 + (pp-1)/(pp*vp) (Korthikanti et al. 2023)",
+                "the 1F1B activations, min(pp*vp + pp - 1, m*vp) / (pp*vp) chunks (Megatron-core "
+                "warm-up; 1 + (pp-1)/(pp*vp) from 2 pp micro-batches, Korthikanti et al. 2023)",
             ),
             reserve_note(mem.steady_reserve_bytes, reserve, used, usable),
         ),
