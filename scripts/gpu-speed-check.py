@@ -88,9 +88,16 @@ GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp32")
 #: The forward GEMMs of transformer layers at 16,384 tokens (M x N x K), timed in bf16 only:
 #: the same FLOPs reach less of the peak as the reduction K shortens, which the speed model
 #: charges as each output tile's store after its reduction (``compute._gemm_time``); these
-#: rows measure that, from GPT-2 small's K 768 to Llama 3 70B's K 8192.
+#: rows measure that, from GPT-2 small's K 768 to Llama 3 70B's K 8192. The GPT-2 LM head
+#: pairs (vocabulary 50257 against 50304, nanoGPT's padding "for efficiency") measure what a
+#: dimension that is not a multiple of 8 costs: the speed model prices every GEMM as aligned,
+#: and GPT-2's rows (DeepSpeedExamples on V100s) run slower than it predicts.
 GEMM_LAYER_SHAPES: dict[str, list[tuple[str, int, int, int]]] = {
     "full": [
+        ("gpt2 lm head, vocab 50257", 16384, 50257, 768),
+        ("gpt2 lm head, vocab 50304", 16384, 50304, 768),
+        ("gpt2 lm head input grad, K 50257", 16384, 768, 50257),
+        ("gpt2 lm head input grad, K 50304", 16384, 768, 50304),
         ("gpt2 attn qkv", 16384, 2304, 768),
         ("gpt2 mlp down", 16384, 768, 3072),
         ("gpt2 mlp up", 16384, 3072, 768),
