@@ -89,6 +89,55 @@ def test_deepspeed_zero1_is_about_half_of_pytorch_amp(a100: GpuSpec) -> None:
     assert ds.details["weights: parameters"] == pytest.approx(params * 2)
 
 
+def test_zero_offload_moves_stage_2_and_3_gradients_to_the_host(a100: GpuSpec) -> None:
+    """DeepSpeed ZeRO-Offload (``stage_1_and_2.py``: ``copy_grads_in_partition`` copies each
+    reduced gradient to the host fp32 buffer and frees it; ``stage3.py`` keeps its gradient
+    partitions on the offload device): stages 2 and 3 hold no gradients on the GPU beyond the
+    reduction bucket, stage 1 holds every 16-bit gradient until backward ends."""
+    shape = model_shape("llama-2-7b")
+    params = shape.params_total
+    largest = shape.vocab * shape.hidden  # the embedding (and the untied head)
+    got = {}
+    for sharding in ("zero1", "zero2", "zero3"):
+        on = fit(_full("deepspeed", sharding, offload="optimizer"), a100, 1).memory
+        off = fit(_full("deepspeed", sharding), a100, 1).memory
+        got[sharding] = on
+        assert on.details["optimizer: state"] == 0.0
+        assert on.details["gradients: reduction buckets"] == DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2
+        assert on.device_used_bytes < off.device_used_bytes
+        assert any("ZeRO-Offload" in a for a in on.assumptions)
+    assert got["zero1"].details["gradients"] == pytest.approx(params * 2)
+    for sharding in ("zero2", "zero3"):
+        assert got[sharding].details["gradients"] == 0.0
+    for sharding in ("zero1", "zero2"):  # temp_grad_buffer_for_gpu_offload
+        key = "gradients: offload staging buffer (largest parameter)"
+        assert got[sharding].details[key] == pytest.approx(largest * 2)
+    assert "gradients: offload staging buffer (largest parameter)" not in got["zero3"].details
+    # PyTorch's engines keep their gradients: only the optimizer moves
+    hf = fit(_full("hf", "zero2", offload="optimizer"), a100, 1).memory
+    assert hf.details["gradients"] > 0
+
+
+def test_zero_offload_trains_13b_on_one_v100_32gb() -> None:
+    """DeepSpeed's ZeRO-Offload tutorial (docs/_tutorials/zero-offload.md): "models with up to
+    13 billion parameters" on a single 32 GB V100 with stage 2 and the optimizer on the CPU.
+    Counting 16-bit gradients on the GPU put a 13B model at 50 GiB, a false refusal."""
+    v100 = load_catalog(use_user=False).gpu("V100-32GB")
+    spec = parse_spec(
+        {
+            "model": "llama-2-13b",
+            "seq_len": 1024,
+            "precision": "fp16-mixed",
+            "micro_batch_size": 1,
+            "activation_checkpointing": "full",
+            "framework": "deepspeed",
+            "offload": "optimizer",
+            "parallelism": {"sharding": "zero2"},
+        }
+    )
+    assert fit(spec, v100, 1).memory.fits
+
+
 def test_megatron_distributed_optimizer_keeps_fp32_grads_whole(a100: GpuSpec) -> None:
     m = fit(_full("megatron", "zero1"), a100, 64).memory
     params = model_shape("llama-2-7b").params_total

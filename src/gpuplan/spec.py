@@ -366,7 +366,12 @@ class JobSpec(_Spec):
         "selective-op (torchtitan's per-op policy: keeps attention outputs and every other "
         "matmul output; fp8 matmuls are recomputed) or full (whole layers).",
     )
-    offload: Offload = Field(default="none", description="CPU offload of optimizer state / params.")
+    offload: Offload = Field(
+        default="none",
+        description="CPU offload of optimizer state / params. Under framework deepspeed "
+        "(ZeRO-Offload) stages 2 and 3 send the gradients to the host too, as each bucket is "
+        "reduced; stage 1 keeps them on the GPU until backward ends.",
+    )
     framework: Framework = Field(
         default="hf",
         description="Training code and engine: hf (transformers Trainer/PEFT, PyTorch "

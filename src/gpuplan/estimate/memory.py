@@ -239,6 +239,7 @@ def layout_for(job: MemoryJob, st: Strategy) -> StateLayout:
         ranks=st.shard_degree,
         dp=st.replicas,
         megatron=job.megatron,
+        offload=st.offload,
     )
 
 
@@ -420,9 +421,17 @@ def training_state_bytes(
     """Step 2: gradients, optimizer state and step temporaries."""
     fw = FRAMEWORKS[job.framework]
     lines: list[tuple[str, float]] = []
-    grads = tr.params * tr.grad_bytes / lay.grad_ranks
+    grads = 0.0 if lay.grads_on_host else tr.params * tr.grad_bytes / lay.grad_ranks
     lines.append(("gradients", grads))
     total_grads = grads
+    if lay.offload_grad_buffer:
+        largest = max(
+            [lin.in_features * lin.out_features for lin in shape.linears]
+            + [shape.vocab * shape.hidden]
+        )
+        buffer = min(largest / st.tp, tr.params) * tr.grad_bytes
+        lines.append(("gradients: offload staging buffer (largest parameter)", buffer))
+        total_grads += buffer
     if lay.param_ranks > 1 and job.method != "full" and fw.fsdp_mixed_units:
         unsharded = fw.fsdp_unsharded_accumulation and st.grad_accum > 1
         extra = stage.total * tr.grad_bytes / (1 if unsharded else lay.param_ranks) - grads

@@ -43,6 +43,16 @@ Adam moments in the optimizer.
   parameters are the current module plus ``stage3_prefetch_bucket_size`` (5e7) elements.
 * ``hsdp``: ZeRO-3 within a node (MiCS, ``deepspeed/runtime/zero/mics.py``,
   ``mics_shard_size`` = GPUs per node).
+* ``offload`` (``offload_optimizer: {device: cpu}``, ZeRO-Offload): the fp32 master weights,
+  Adam moments and step live on the host. Under stages 2 and 3 the gradients follow them as
+  they are reduced: stage 2 copies each reduced bucket's own-partition gradients into the
+  host fp32 buffer and frees the GPU ones (``stage_1_and_2.py``, ``copy_grads_in_partition``
+  -> ``async_inplace_copy_grad_to_fp32_buffer_from_gpu`` -> ``clear_grad_attribute``), and
+  stage 3 allocates ``grad_partitions_flat_buffer`` on ``self.device``, the CPU when the
+  optimizer is offloaded (``stage3.py``), so only the reduction bucket stays on the GPU.
+  Stage 1 reduces once all gradients exist, so they are all on the GPU at the end of
+  backward, and its own partition goes to the host, not to a GPU copy. Stages 1 and 2 also
+  keep ``temp_grad_buffer_for_gpu_offload``, 16-bit, the size of the largest parameter.
 * all stages: the gradient reduction bucket (``reduce_bucket_size``, 5e8 elements, 16-bit;
   two of them with ``overlap_comm``, which defaults on only for stage 3 and where stage 3
   allocates one, ``deepspeed/runtime/zero/config.py``, ``stage_1_and_2.py::setup_buckets``,
@@ -148,6 +158,12 @@ class StateLayout:
     """Most elements of that fp32 gradient at once (ZeRO-3 steps sub-group by sub-group)."""
     bucket_bytes: float = 0.0
     """Fixed bytes of gradient reduction buckets."""
+    grads_on_host: bool = False
+    """Gradients leave the GPU as they are reduced (DeepSpeed ZeRO-Offload, stages 2 and 3):
+    only the reduction bucket (and ``offload_grad_buffer``) stays."""
+    offload_grad_buffer: bool = False
+    """DeepSpeed stages 1-2 with offload keep a 16-bit buffer the size of the largest
+    parameter (``temp_grad_buffer_for_gpu_offload``)."""
     ddp_bucket_copy: bool = False
     """DDP keeps a bucket copy of the gradients (replicated data parallelism)."""
     autocast: bool = True
@@ -210,11 +226,13 @@ def state_layout(
     ranks: int,
     dp: int,
     megatron: MegatronOptions | None = None,
+    offload: str = "none",
 ) -> StateLayout:
     """What ``framework`` keeps per parameter under ``sharding`` over ``ranks`` shards.
 
     ``ranks`` is the shard group (dp, or the node's data-parallel ranks under hsdp);
-    ``dp`` the data-parallel degree (replication only matters when dp > 1).
+    ``dp`` the data-parallel degree (replication only matters when dp > 1); ``offload`` the
+    spec's CPU offload (it moves DeepSpeed's gradients too, see the module docstring).
     """
     check_sharding(framework, sharding)
     engine = FRAMEWORKS[framework].engine
@@ -224,7 +242,8 @@ def state_layout(
     o_ranks = n if sharding != "none" else 1
     sixteen = _sixteen_bit(pb)
     if engine == "deepspeed" and sixteen:
-        return _deepspeed(sharding, pb, n, p_ranks, g_ranks, o_ranks)
+        lay = _deepspeed(sharding, pb, n, p_ranks, g_ranks, o_ranks)
+        return _deepspeed_offload(lay) if offload != "none" and sharding != "none" else lay
     if engine == "apex" and sixteen:
         # amp O2 keeps what DeepSpeed's unsharded fp16 engine keeps (frameworks.py: apex)
         return dataclasses.replace(
@@ -322,6 +341,36 @@ def _deepspeed(
             + (
                 f"; reduce bucket {DEEPSPEED_REDUCE_BUCKET_ELEMENTS:.0e} elements (default)"
                 if buckets
+                else ""
+            ),
+        ),
+    )
+
+
+def _deepspeed_offload(lay: StateLayout) -> StateLayout:
+    """``lay`` under ZeRO-Offload: gradients to the host under stages 2 and 3, the own
+    partition's copy to the host under stage 1 (module docstring)."""
+    stage12 = lay.sharding in ("zero1", "zero2")
+    to_host = lay.sharding != "zero1"
+    return dataclasses.replace(
+        lay,
+        grads_on_host=to_host,
+        grad_partition_copy_bytes=0.0,
+        offload_grad_buffer=stage12,
+        notes=(
+            *lay.notes,
+            "ZeRO-Offload: "
+            + (
+                "gradients go to the host fp32 buffer as each bucket is reduced, only the bucket "
+                "stays on the GPU"
+                if to_host
+                else "stage 1 keeps every 16-bit gradient until backward ends, its own partition "
+                "goes to the host"
+            )
+            + (
+                "; a 16-bit gradient buffer the size of the largest parameter "
+                "(temp_grad_buffer_for_gpu_offload)"
+                if stage12
                 else ""
             ),
         ),
