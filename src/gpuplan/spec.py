@@ -394,6 +394,21 @@ class JobSpec(_Spec):
         description="Optimizer kernel: foreach (torch's CUDA default, one parameter-sized temporary), "
         "fused, or a per-parameter loop.",
     )
+    optimizer_in_backward: bool = Field(
+        default=False,
+        description="Each parameter's optimizer step runs in backward as soon as its gradient "
+        "is accumulated, and the gradient is freed (torchtune optimizer_in_bwd, PyTorch "
+        "register_post_accumulate_grad_hook): only one parameter's gradient exists at a time. "
+        "Needs no gradient accumulation (global batch = micro-batch x data-parallel ranks); "
+        "PyTorch engines only (hf, torchtune, litgpt, torchtitan, llmfoundry).",
+    )
+    paged_optimizer: bool = Field(
+        default=False,
+        description="bitsandbytes paged optimizer (PagedAdamW, PagedAdamW8bit, PagedLion): "
+        "the state of every parameter of 1e5 elements or more lives in CUDA unified memory, "
+        "outside PyTorch's allocator, and pages out to the host when the GPU is full. "
+        "Optimizers adamw, adamw-8bit and lion.",
+    )
     deepspeed: DeepSpeedSpec | None = Field(
         default=None,
         description="framework deepspeed only: {version}, the DeepSpeed release (its ZeRO-3 "
@@ -456,6 +471,23 @@ class JobSpec(_Spec):
                     map(str, nearest_multiples(self.global_batch_size, self.micro_batch_size))
                 )
             )
+        if self.paged_optimizer and self.optimizer not in ("adamw", "adamw-8bit", "lion"):
+            raise ValueError(
+                f"paged_optimizer: bitsandbytes pages adamw, adamw-8bit and lion, not "
+                f"{self.optimizer}"
+            )
+        if self.optimizer_in_backward and self.framework in ("deepspeed", "megatron", "apex"):
+            raise ValueError(
+                f"optimizer_in_backward: {self.framework}'s engine runs its own optimizer step; "
+                "allowed with hf, torchtune, litgpt, torchtitan and llmfoundry"
+            )
+        if self.paged_optimizer and self.framework in ("deepspeed", "megatron", "apex"):
+            raise ValueError(
+                f"paged_optimizer: {self.framework}'s engine runs its own optimizer; allowed "
+                "with hf, torchtune, litgpt, torchtitan and llmfoundry"
+            )
+        if self.paged_optimizer and self.offload != "none":
+            raise ValueError("paged_optimizer: give it or offload, not both")
         if self.deepspeed is not None and self.framework != "deepspeed":
             raise ValueError(
                 f"deepspeed: its settings apply to framework deepspeed only, not {self.framework}"

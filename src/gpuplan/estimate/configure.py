@@ -121,6 +121,7 @@ def search_space(spec: JobSpec, shape: Shape, count: int, gpus_per_node: int) ->
         checkpointing=checkpointing_modes(spec.activation_checkpointing),
         offload=spec.offload,
         shardings=auto_shardings(spec.framework, count, gpus_per_node),
+        accumulation=not spec.optimizer_in_backward,
     )
 
 

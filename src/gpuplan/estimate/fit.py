@@ -159,6 +159,8 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         compiled=spec.compile,
         optimizer_impl=_optimizer_impl(spec),
         grads_kept=spec.zero_grad == "zeros",
+        optimizer_in_backward=spec.optimizer_in_backward,
+        paged_optimizer=spec.paged_optimizer,
         loss_chunks=spec.loss_chunks,
         cnn_kernels=spec.cnn_kernels,
         zero3_parameter_gathers=spec.deepspeed is not None
@@ -218,6 +220,14 @@ def explicit_strategy(
             f"ranks x micro_batch_size {mb} (multiples of {unit}) on {count} GPUs; nearest valid: "
             + ", ".join(map(str, nearest_multiples(spec.global_batch_size, unit))),
             hint="--set global_batch_size=N, or another micro_batch_size or GPU count",
+        )
+    if spec.optimizer_in_backward and ga > 1:
+        unit = mb * dp
+        raise SpecError(
+            f"optimizer_in_backward: steps each parameter as its gradient arrives, so it takes "
+            f"no gradient accumulation; this layout accumulates {ga} micro-batches (global "
+            f"batch {spec.global_batch_size} over {dp} data-parallel ranks x micro-batch {mb})",
+            hint=f"--set global_batch_size={unit}, or optimizer_in_backward=false",
         )
     return Strategy(
         sharding=par.sharding,

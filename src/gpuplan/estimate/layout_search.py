@@ -73,6 +73,8 @@ class SearchSpace:
     offload: str
     shardings: tuple[str, ...] = AUTO_SHARDINGS
     """Sharding stages to try (those the framework implements)."""
+    accumulation: bool = True
+    """Whether micro-batches may accumulate (not with the optimizer step in backward)."""
 
 
 def checkpointing_modes(spec_mode: str) -> tuple[str, ...]:
@@ -109,6 +111,8 @@ def layout_groups(space: SearchSpace) -> tuple[tuple[Strategy, ...], ...]:
                     ga = grad_accum_for(space.global_batch, mb, dp)
                     if ga is None or not pipeline_micro_batches_ok(ga, pp, vp, batch_given=given):
                         continue
+                    if ga > 1 and not space.accumulation:
+                        continue
                     group.append(
                         Strategy(
                             sharding=sharding,
@@ -124,6 +128,13 @@ def layout_groups(space: SearchSpace) -> tuple[tuple[Strategy, ...], ...]:
                     )
                 if group:
                     out.append(tuple(group))
+    if not out and not space.accumulation:
+        raise SpecError(
+            f"optimizer_in_backward: no layout of {space.count} GPUs runs global_batch_size "
+            f"{space.global_batch} without accumulation (micro-batch x data-parallel ranks must "
+            "equal it)",
+            hint="--set optimizer_in_backward=false, or a global batch that one step covers",
+        )
     if not out:
         raise SpecError(
             f"global_batch_size: {space.global_batch} is not divisible by micro_batch_size x "

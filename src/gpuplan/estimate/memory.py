@@ -105,6 +105,14 @@ class MemoryJob:
     zero3_parameter_gathers: bool = False
     """DeepSpeed before 0.6.0: ZeRO-3 gathers each parameter on its own, a device synchronize
     before each (spec ``deepspeed.version``); decides time, not memory."""
+    optimizer_in_backward: bool = False
+    """Each parameter is stepped in its post-accumulate-grad hook and its gradient freed
+    (torchtune ``training/memory.py``, ``register_optim_in_bwd_hooks``: ``step()`` then
+    ``zero_grad()``): one parameter's gradient and step temporaries at a time."""
+    paged_optimizer: bool = False
+    """bitsandbytes paged optimizer: the moments live in CUDA unified memory
+    (``bitsandbytes/optim/optimizer.py``, ``Optimizer8bit.get_state_buffer``: ``F.get_paged``
+    for parameters of 1e5 elements or more), outside PyTorch's allocator."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,6 +199,9 @@ class TrainingStateBytes:
     step_temporaries: float
     """Live only during the optimizer step."""
     lines: Lines
+    paged_state: float = 0.0
+    """Optimizer moments in CUDA unified memory (paged optimizer): outside PyTorch's allocator,
+    resident while the card has room."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -409,6 +420,15 @@ def _adafactor_state(shape: Shape, stage: StageParams, st: Strategy) -> float:
     return (factored + max(vectors, 0)) * 4
 
 
+def largest_parameter(shape: Shape, st: Strategy) -> float:
+    """Elements of the largest parameter tensor on one tensor-parallel rank (a linear's
+    weight, or the embedding / untied head)."""
+    largest = max(
+        [lin.in_features * lin.out_features for lin in shape.linears] + [shape.vocab * shape.hidden]
+    )
+    return largest / st.tp
+
+
 def training_state_bytes(
     shape: Shape,
     job: MemoryJob,
@@ -422,14 +442,13 @@ def training_state_bytes(
     fw = FRAMEWORKS[job.framework]
     lines: list[tuple[str, float]] = []
     grads = 0.0 if lay.grads_on_host else tr.params * tr.grad_bytes / lay.grad_ranks
+    if job.optimizer_in_backward:
+        # the post-accumulate-grad hook steps and frees each gradient as it is accumulated
+        grads = min(grads, largest_parameter(shape, st) / lay.grad_ranks * tr.grad_bytes)
     lines.append(("gradients", grads))
     total_grads = grads
     if lay.offload_grad_buffer:
-        largest = max(
-            [lin.in_features * lin.out_features for lin in shape.linears]
-            + [shape.vocab * shape.hidden]
-        )
-        buffer = min(largest / st.tp, tr.params) * tr.grad_bytes
+        buffer = min(largest_parameter(shape, st), tr.params) * tr.grad_bytes
         lines.append(("gradients: offload staging buffer (largest parameter)", buffer))
         total_grads += buffer
     if lay.param_ranks > 1 and job.method != "full" and fw.fsdp_mixed_units:
@@ -464,12 +483,11 @@ def training_state_bytes(
     opt_tmp = tr.params * optimizer_temp_bytes(job.optimizer, tr.state_bytes)
     if job.optimizer_impl == "fused":
         opt_tmp = 0.0
-    elif job.optimizer_impl == "for-loop":  # one parameter tensor at a time: the largest one
-        largest = max(
-            [lin.in_features * lin.out_features for lin in shape.linears]
-            + [shape.vocab * shape.hidden]
-        )
-        opt_tmp = min(opt_tmp, largest / st.tp * tr.state_bytes) if opt_tmp else 0.0
+    elif job.optimizer_impl == "for-loop" or job.optimizer_in_backward:
+        # one parameter tensor at a time (a per-parameter optimizer in backward steps one list
+        # of one tensor): the largest one
+        largest = largest_parameter(shape, st)
+        opt_tmp = min(opt_tmp, largest * tr.state_bytes) if opt_tmp else 0.0
     step_grad = 0.0
     if lay.step_grad_bytes:
         step_grad = min(tr.params / lay.optimizer_ranks, lay.step_grad_cap_elements)
@@ -477,8 +495,19 @@ def training_state_bytes(
     if st.offload != "none":
         assumptions.append("optimizer state and step on the CPU (offload)")
         opt_state = opt_tmp = step_grad = 0.0
+    paged = 0.0
+    if job.paged_optimizer:
+        paged = tr.params * optimizer_state_bytes(job.optimizer, tr.state_bytes)
+        opt_state -= paged
+    if job.optimizer_in_backward:
+        assumptions.append(
+            "optimizer step in backward: each parameter is stepped as its gradient is "
+            "accumulated and the gradient freed (torchtune optimizer_in_bwd), so one "
+            "parameter's gradient and step temporaries exist at a time"
+        )
     opt_state /= lay.optimizer_ranks
     opt_tmp /= lay.optimizer_ranks
+    paged /= lay.optimizer_ranks
     lines.append(("optimizer: state", opt_state))
     lines.append(("optimizer: step temporaries", opt_tmp))
     if step_grad:
@@ -488,6 +517,7 @@ def training_state_bytes(
         optimizer_state=opt_state,
         step_temporaries=opt_tmp + step_grad,
         lines=tuple(lines),
+        paged_state=paged,
     )
 
 
@@ -820,8 +850,21 @@ def _estimate(
     reserve = squeezed_reserve(rt.reserve, allocated, rt.context + rt.nccl, usable)
     reserved = allocated + reserve
     used = reserved + rt.context + rt.nccl
+    # a paged optimizer's unified-memory state: resident where the card has room, paged out
+    # to the host beyond that, so nvidia-smi counts it but it never makes a job fail
+    resident = min(ts.paged_state, max(0.0, cap - used))
+    used += resident
+    parts["optimizer"] += resident
     breakdown = {**parts, "overhead": used - sum(parts.values())}
     details = dict(w.lines + ts.lines)
+    if ts.paged_state:
+        details["optimizer: paged state resident on the GPU (unified memory)"] = resident
+        assumptions.append(
+            f"paged optimizer: {ts.paged_state / 2**30:.1f} GiB of moments in CUDA unified "
+            "memory (bitsandbytes get_paged), outside PyTorch's allocator: not in the allocated "
+            f"peak; resident while the card has room ({resident / 2**30:.1f} GiB counted in "
+            "device used), paged to host memory beyond that"
+        )
     details["activations: saved for backward"] = act.saved
     details["activations: loss/logits gradients (start of backward)"] = act.transient
     details["overhead: cuBLAS workspaces"] = rt.cublas
