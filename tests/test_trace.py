@@ -75,6 +75,8 @@ def test_analytic_and_traced_agree(data: dict[str, object], tolerance: float) ->
             "no activation checkpointing",
         ),
         ({"model": "gpt2", "seq_len": 256, "parallelism": {"tp": 2}}, "Llama-style"),
+        ({"model": "gpt2", "seq_len": 256, "paged_optimizer": True}, "paged_optimizer"),
+        ({"model": "gpt2", "seq_len": 256, "optimizer_in_backward": True}, "optimizer_in_backward"),
     ],
 )
 def test_trace_refuses_what_it_cannot_run(data: dict[str, object], message: str) -> None:

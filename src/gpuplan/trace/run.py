@@ -559,6 +559,15 @@ def trace_memory(
             "--trace: qlora needs bitsandbytes kernels, which are not traced",
             hint="drop --trace for the analytic estimate",
         )
+    for field, on in (
+        ("paged_optimizer", spec.paged_optimizer),
+        ("optimizer_in_backward", spec.optimizer_in_backward),
+    ):
+        if on:
+            raise SpecError(
+                f"--trace: {field} is not traced (the tracer runs a plain optimizer step)",
+                hint="drop --trace for the analytic estimate",
+            )
     config = hf_config_dict(spec.model)
     if shape.family in ("cnn", "vit"):
         seq = int(spec.image_size or shape.image_size or 224)  # the image side
