@@ -134,3 +134,29 @@ def test_step_in_backward_takes_no_gradient_accumulation(a100: GpuSpec) -> None:
             default_topology(a100, 8),
             with_scaling=False,
         )
+
+
+def test_paged_state_yields_to_the_safety_margin_and_the_verdict() -> None:
+    """The resident paged state fills the card only up to what the safety margin leaves, and
+    neither the verdict nor the headroom counts it: the driver pages it out for the rest."""
+    from gpuplan.estimate.fit import fit as fit_spec
+
+    gpu = load_catalog(use_user=False).gpu("RTX-4090")
+    spec = _spec(
+        model="llama-3.1-8b",
+        optimizer="adamw-8bit",
+        micro_batch_size=2,
+        seq_len=2048,
+        optimizer_in_backward=True,
+        compile=True,
+        paged_optimizer=True,
+    )
+    plain = fit_spec(spec, gpu)
+    kept = fit_spec(spec, gpu, margin=0.1)
+    for res in (plain, kept):
+        m = res.memory
+        usable = m.capacity_bytes * (1 - m.safety_margin)
+        assert m.fits and m.device_used_bytes <= usable + 1.0
+        assert m.evictable_bytes > 0
+        assert m.headroom_bytes == pytest.approx(usable - (m.device_used_bytes - m.evictable_bytes))
+        assert res.verdict == "fits"

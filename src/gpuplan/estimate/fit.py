@@ -323,7 +323,9 @@ class FitResult:
     def verdict(self) -> bnd.Verdict:
         """``fits`` (the upper bound fits), ``tight`` (only the estimate fits) or ``no``."""
         m = self.memory
-        return bnd.verdict(m.fits, self.bounds()["device_used_bytes"][1], m.capacity_bytes)
+        # what the driver pages out makes room for the rest: only the rest is bounded
+        upper = self.memory_bounds.around(m.device_used_bytes - m.evictable_bytes)[1]
+        return bnd.verdict(m.fits, upper, m.capacity_bytes)
 
     def as_contract(self) -> dict[str, object]:
         """The ``memory`` object of ``gpuplan estimate --json``."""

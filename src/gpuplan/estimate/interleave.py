@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate.memory import (
+    PAGED_DETAIL,
     RESERVE_DETAIL,
     MemoryEstimate,
     MemoryJob,
@@ -76,21 +77,30 @@ def with_interleaving(mem: MemoryEstimate, st: Strategy) -> MemoryEstimate:
         return mem
     usable = mem.capacity_bytes * (1 - mem.safety_margin)
     allocated = mem.peak_allocated_bytes + extra
-    outside = mem.device_used_bytes - mem.peak_reserved_bytes  # CUDA context, NCCL
+    # CUDA context and NCCL buffers (a paged optimizer's resident state yields room, below)
+    outside = mem.device_used_bytes - mem.peak_reserved_bytes - mem.evictable_bytes
     reserve = squeezed_reserve(mem.steady_reserve_bytes, allocated, outside, usable)
     used = allocated + reserve + outside
+    fits = used <= usable
+    evictable = min(mem.evictable_bytes, max(0.0, usable - used))
+    used += evictable
     breakdown = dict(mem.breakdown)
     breakdown["activations"] = breakdown.get("activations", 0.0) + extra
+    details = {**mem.details, LABEL: extra, RESERVE_DETAIL: reserve}
+    if mem.evictable_bytes:
+        breakdown["optimizer"] -= mem.evictable_bytes - evictable
+        details[PAGED_DETAIL] = evictable
     breakdown["overhead"] = used - sum(v for k, v in breakdown.items() if k != "overhead")
     return dataclasses.replace(
         mem,
         peak_allocated_bytes=allocated,
         peak_reserved_bytes=allocated + reserve,
         device_used_bytes=used,
-        fits=used <= usable,
-        headroom_bytes=usable - used,
+        fits=fits,
+        headroom_bytes=usable - (used - evictable),
         breakdown=breakdown,
-        details={**mem.details, LABEL: extra, RESERVE_DETAIL: reserve},
+        details=details,
+        evictable_bytes=evictable,
         assumptions=restate_reserve(
             (
                 *mem.assumptions,

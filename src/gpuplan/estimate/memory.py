@@ -141,6 +141,10 @@ class MemoryEstimate:
     steady_reserve_bytes: float = 0.0
     """The caching allocator's reserve while memory is plentiful (the reserve counted in
     ``peak_reserved_bytes`` is smaller where the device leaves less: :func:`squeezed_reserve`)."""
+    evictable_bytes: float = 0.0
+    """Of ``device_used_bytes``, what the driver pages out to the host when the rest needs the
+    room (a paged optimizer's resident state): it never decides ``fits``, the verdict or the
+    headroom."""
 
     @property
     def reserve_squeezed(self) -> bool:
@@ -666,6 +670,7 @@ def activation_bytes(
     return ActivationBytes(saved=saved, transient=transient, items=tuple(items))
 
 
+PAGED_DETAIL = "optimizer: paged state resident on the GPU (unified memory)"
 RESERVE_DETAIL = "overhead: caching-allocator reserve"
 """The ``details`` key of the reserve counted (a derived estimate rewrites it by this key)."""
 
@@ -850,15 +855,17 @@ def _estimate(
     reserve = squeezed_reserve(rt.reserve, allocated, rt.context + rt.nccl, usable)
     reserved = allocated + reserve
     used = reserved + rt.context + rt.nccl
-    # a paged optimizer's unified-memory state: resident where the card has room, paged out
-    # to the host beyond that, so nvidia-smi counts it but it never makes a job fail
-    resident = min(ts.paged_state, max(0.0, cap - used))
+    # a paged optimizer's unified-memory state: resident where the card has room (within the
+    # safety margin), paged out to the host beyond that, so nvidia-smi counts it but it never
+    # makes a job fail
+    resident = min(ts.paged_state, max(0.0, usable - used))
+    fits = used <= usable
     used += resident
     parts["optimizer"] += resident
     breakdown = {**parts, "overhead": used - sum(parts.values())}
     details = dict(w.lines + ts.lines)
     if ts.paged_state:
-        details["optimizer: paged state resident on the GPU (unified memory)"] = resident
+        details[PAGED_DETAIL] = resident
         assumptions.append(
             f"paged optimizer: {ts.paged_state / 2**30:.1f} GiB of moments in CUDA unified "
             "memory (bitsandbytes get_paged), outside PyTorch's allocator: not in the allocated "
@@ -899,8 +906,8 @@ def _estimate(
         device_used_bytes=used,
         capacity_bytes=cap,
         safety_margin=safety_margin,
-        fits=used <= usable,
-        headroom_bytes=usable - used,
+        fits=fits,
+        headroom_bytes=usable - (used - resident),
         peak_phase=phase,
         breakdown=breakdown,
         details=details,
@@ -908,6 +915,7 @@ def _estimate(
         assumptions=tuple(assumptions),
         capacity_basis=cap_basis,
         steady_reserve_bytes=rt.reserve,
+        evictable_bytes=resident,
     )
 
 
