@@ -476,16 +476,15 @@ class JobSpec(_Spec):
                 f"paged_optimizer: bitsandbytes pages adamw, adamw-8bit and lion, not "
                 f"{self.optimizer}"
             )
-        if self.optimizer_in_backward and self.framework in ("deepspeed", "megatron", "apex"):
-            raise ValueError(
-                f"optimizer_in_backward: {self.framework}'s engine runs its own optimizer step; "
-                "allowed with hf, torchtune, litgpt, torchtitan and llmfoundry"
-            )
-        if self.paged_optimizer and self.framework in ("deepspeed", "megatron", "apex"):
-            raise ValueError(
-                f"paged_optimizer: {self.framework}'s engine runs its own optimizer; allowed "
-                "with hf, torchtune, litgpt, torchtitan and llmfoundry"
-            )
+        for field, on in (
+            ("optimizer_in_backward", self.optimizer_in_backward),
+            ("paged_optimizer", self.paged_optimizer),
+        ):
+            if on and self.framework in ("deepspeed", "megatron", "apex"):
+                raise ValueError(
+                    f"{field}: {self.framework}'s engine runs its own optimizer step; allowed "
+                    "with hf, torchtune, litgpt, torchtitan and llmfoundry"
+                )
         if self.paged_optimizer and self.offload != "none":
             raise ValueError("paged_optimizer: give it or offload, not both")
         if self.deepspeed is not None and self.framework != "deepspeed":
