@@ -389,6 +389,13 @@ class JobSpec(_Spec):
     compile: bool = Field(
         default=False, description="torch.compile: pointwise intermediates are recomputed."
     )
+    compile_loss: bool | None = Field(
+        default=None,
+        description="Whether the loss (the logits' upcast, log-softmax and their backward) "
+        "is compiled too; default: as `compile`. torchtitan's `compile.components` "
+        "(['model', 'loss'] since 2025); before that torchtitan compiled the transformer "
+        "blocks only and ran the loss eagerly, keeping its fp32 logits.",
+    )
     optimizer_impl: Literal["auto", "foreach", "fused", "for-loop"] = Field(
         default="auto",
         description="Optimizer kernel: foreach (torch's CUDA default, one parameter-sized temporary), "

@@ -277,7 +277,7 @@ def _check_row(row: dict[str, str], where: str) -> float:
     for key in ("count", "gpus_per_node"):
         if key == "count" or row.get(key, "").strip():
             _number(row, key, where, integer=True)
-    for key in ("inter_node_gbps", "cuda_context_mib"):
+    for key in ("inter_node_gbps", "cuda_context_mib", "memory_total_mib"):
         if row.get(key, "").strip():
             _number(row, key, where)
     unit = row.get("unit", "").strip()
@@ -352,7 +352,19 @@ def predict_memory(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
     spec = row_spec(row["spec"], row["id"], repo_root)
     cat = _catalog()
     context = float(row["cuda_context_mib"]) * 2**20 if row.get("cuda_context_mib") else None
-    result = fit(spec, cat.gpu(row["gpu"]), int(row["count"]), cuda_context_bytes=context)
+    gpu = cat.gpu(row["gpu"])
+    if row.get("memory_total_mib", "").strip():
+        # a variant of the catalog GPU with another memory size (the row's notes say which):
+        # its capacity as the driver reports it, everything else the catalog GPU's
+        mib = int(float(row["memory_total_mib"]))
+        gpu = gpu.model_copy(
+            update={
+                "memory_total_mib": mib,
+                "memory_bytes": mib * 2**20,
+                "memory_total_source": f"validation row {row['id']} (memory_total_mib)",
+            }
+        )
+    result = fit(spec, gpu, int(row["count"]), cuda_context_bytes=context)
     m = result.memory
     value = {
         "allocated": m.peak_allocated_bytes,

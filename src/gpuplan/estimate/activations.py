@@ -46,6 +46,8 @@ class Numerics:
     compiled: bool = False
     """torch.compile: AOTAutograd's min-cut partitioner recomputes pointwise ops in backward,
     so norms keep only their 16-bit input and elementwise intermediates are not saved."""
+    compiled_loss: bool | None = None
+    """The loss is compiled (torchtitan ``compile.components``); None: as ``compiled``."""
     loss_chunks: int = 1
     """Chunks the LM loss runs in: only one chunk's fp32 gradient is live at a time."""
     logits_upcast_in_model: bool = False
@@ -85,6 +87,11 @@ class Numerics:
     """Transformer Engine (Megatron): fused norm + linear keeps the 16-bit norm input and the
     fp32 rstd, the fused SwiGLU keeps its input (and the down projection its own input), and
     attention reads grouped K/V without repeating them."""
+
+    @property
+    def loss_is_compiled(self) -> bool:
+        """Whether the loss runs compiled (``compiled_loss``, else as the model)."""
+        return self.compiled if self.compiled_loss is None else self.compiled_loss
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -403,7 +410,7 @@ def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
         if a < FP32:
             # logits kept in the model output; the loss upcasts and log_softmax keeps fp32
             items.append(Item(name="logits (model output)", bytes_per_token=a * v))
-        if not num.compiled:
+        if not num.loss_is_compiled:
             items.append(Item(name="log_softmax output (fp32)", bytes_per_token=FP32 * v))
     return items
 
@@ -421,7 +428,7 @@ def backward_transient_per_token(shape: Shape, num: Numerics) -> float:
     if num.loss_grad_in_place:
         # the fp32 gradient overwrites the saved softmax; only its 16-bit cast is new
         return num.act_bytes * shape.vocab / max(1, num.loss_chunks)
-    if num.compiled and not num.logits_upcast_in_model:
+    if num.loss_is_compiled and not num.logits_upcast_in_model:
         # a compiled loss that upcasts the logits itself fuses the backward of the upcast
         # and the log-softmax into one kernel writing the logits gradient in the logits
         # dtype: no fp32 gradient (a model that returns fp32 logits, as torchtune's, still

@@ -157,6 +157,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         attention_auto=spec.attention == "auto",
         framework=spec.framework,
         compiled=spec.compile,
+        compiled_loss=spec.compile_loss,
         optimizer_impl=_optimizer_impl(spec),
         grads_kept=spec.zero_grad == "zeros",
         optimizer_in_backward=spec.optimizer_in_backward,

@@ -96,6 +96,8 @@ class MemoryJob:
     attention_auto: bool = False
     framework: str = "hf"
     compiled: bool = False
+    compiled_loss: bool | None = None
+    """The loss is compiled (spec ``compile_loss``); None: as ``compiled``."""
     optimizer_impl: str = "foreach"
     grads_kept: bool = False
     loss_chunks: int | None = None
@@ -554,12 +556,14 @@ def _transformer_activations(
     """(saved activation bytes, backward transient bytes, per-layer items) on the worst stage."""
     fw = FRAMEWORKS[job.framework]
     chunks = job.loss_chunks or fw.loss_chunks
+    loss_compiled = job.compiled if job.compiled_loss is None else job.compiled_loss
     num = Numerics(
         act_bytes=act_bytes,
         autocast=autocast,
         fp16=job.precision.startswith("fp16"),
         python_gelu=fw.python_gelu,
         compiled=job.compiled,
+        compiled_loss=loss_compiled,
         fused_kernels=fw.fused_kernels,
         residual_16bit=fw.residual_16bit and autocast,
         fused_loss=fw.fused_loss,
@@ -573,7 +577,7 @@ def _transformer_activations(
         fp8_activation_input=job.megatron is not None and job.megatron.fp8_activation_input,
         loss_chunks=chunks,
         logits_upcast_in_model=chunks == 1
-        and (fw.upcast_unchunked_logits or (fw.upcast_in_loss and not job.compiled)),
+        and (fw.upcast_unchunked_logits or (fw.upcast_in_loss and not loss_compiled)),
     )
     seq = shape.fixed_tokens or job.seq_len
     tokens = st.micro_batch_size * seq // st.cp  # context parallelism: seq_len / cp per rank
@@ -894,7 +898,12 @@ def _estimate(
         f"{tr.grad_bytes:g} B, optimizer state {tr.state_bytes} B/elem"
         + (f", fp32 master {tr.master_bytes:g} B" if tr.master_bytes else ""),
         f"optimizer {job.optimizer} ({job.optimizer_impl} implementation); framework {job.framework}"
-        + (" with torch.compile" if job.compiled else ""),
+        + (" with torch.compile" if job.compiled else "")
+        + (
+            ""
+            if job.compiled_loss is None or job.compiled_loss == job.compiled
+            else f" ({'a compiled' if job.compiled_loss else 'an eager'} loss)"
+        ),
         f"CUDA context {rt.context / 2**20:.0f} MiB; allocator reserve "
         f"{reserve_fraction:.0%} of allocated (min 256 MiB)",
         f"fits when device_used <= capacity x (1 - {safety_margin:.0%}); capacity "
