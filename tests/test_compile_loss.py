@@ -21,7 +21,6 @@ from gpuplan.estimate.fit import fit
 from gpuplan.spec import parse_spec, spec_json_schema
 from gpuplan.validation import predict_memory, read_table, run_table
 
-GIB = 2**30
 LOSS_GRAD = "activations: loss/logits gradients (start of backward)"
 SAVED = "activations: saved for backward"
 REPO = Path(__file__).resolve().parents[1]

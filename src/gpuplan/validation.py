@@ -277,9 +277,11 @@ def _check_row(row: dict[str, str], where: str) -> float:
     for key in ("count", "gpus_per_node"):
         if key == "count" or row.get(key, "").strip():
             _number(row, key, where, integer=True)
-    for key in ("inter_node_gbps", "cuda_context_mib", "memory_total_mib"):
+    for key in ("inter_node_gbps", "cuda_context_mib"):
         if row.get(key, "").strip():
             _number(row, key, where)
+    if row.get("memory_total_mib", "").strip():
+        _number(row, "memory_total_mib", where, integer=True)
     unit = row.get("unit", "").strip()
     if unit and unit not in UNIT_SCALE:
         raise SpecError(f"{where}: unit: unknown {unit!r}; allowed: {', '.join(UNIT_SCALE)}")
@@ -356,7 +358,7 @@ def predict_memory(row: dict[str, str], repo_root: Path) -> tuple[float, str]:
     if row.get("memory_total_mib", "").strip():
         # a variant of the catalog GPU with another memory size (the row's notes say which):
         # its capacity as the driver reports it, everything else the catalog GPU's
-        mib = int(float(row["memory_total_mib"]))
+        mib = int(row["memory_total_mib"])
         gpu = gpu.model_copy(
             update={
                 "memory_total_mib": mib,

@@ -116,6 +116,11 @@ class MemoryJob:
     (``bitsandbytes/optim/optimizer.py``, ``Optimizer8bit.get_state_buffer``: ``F.get_paged``
     for parameters of 1e5 elements or more), outside PyTorch's allocator."""
 
+    @property
+    def loss_compiled(self) -> bool:
+        """Whether the loss runs compiled (``compiled_loss``, else as the model)."""
+        return self.compiled if self.compiled_loss is None else self.compiled_loss
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryEstimate:
@@ -556,14 +561,13 @@ def _transformer_activations(
     """(saved activation bytes, backward transient bytes, per-layer items) on the worst stage."""
     fw = FRAMEWORKS[job.framework]
     chunks = job.loss_chunks or fw.loss_chunks
-    loss_compiled = job.compiled if job.compiled_loss is None else job.compiled_loss
     num = Numerics(
         act_bytes=act_bytes,
         autocast=autocast,
         fp16=job.precision.startswith("fp16"),
         python_gelu=fw.python_gelu,
         compiled=job.compiled,
-        compiled_loss=loss_compiled,
+        compiled_loss=job.loss_compiled,
         fused_kernels=fw.fused_kernels,
         residual_16bit=fw.residual_16bit and autocast,
         fused_loss=fw.fused_loss,
@@ -577,7 +581,7 @@ def _transformer_activations(
         fp8_activation_input=job.megatron is not None and job.megatron.fp8_activation_input,
         loss_chunks=chunks,
         logits_upcast_in_model=chunks == 1
-        and (fw.upcast_unchunked_logits or (fw.upcast_in_loss and not loss_compiled)),
+        and (fw.upcast_unchunked_logits or (fw.upcast_in_loss and not job.loss_compiled)),
     )
     seq = shape.fixed_tokens or job.seq_len
     tokens = st.micro_batch_size * seq // st.cp  # context parallelism: seq_len / cp per rank
@@ -900,9 +904,9 @@ def _estimate(
         f"optimizer {job.optimizer} ({job.optimizer_impl} implementation); framework {job.framework}"
         + (" with torch.compile" if job.compiled else "")
         + (
-            ""
-            if job.compiled_loss is None or job.compiled_loss == job.compiled
-            else f" ({'a compiled' if job.compiled_loss else 'an eager'} loss)"
+            f" ({'a compiled' if job.loss_compiled else 'an eager'} loss)"
+            if job.loss_compiled != job.compiled
+            else ""
         ),
         f"CUDA context {rt.context / 2**20:.0f} MiB; allocator reserve "
         f"{reserve_fraction:.0%} of allocated (min 256 MiB)",
