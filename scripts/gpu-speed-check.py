@@ -11,7 +11,10 @@ Three sections, each timed after warm-up with CUDA events between
 * ``train``: step time of GPT-2 small, BERT-base, ResNet-50 and Llama-3.2-1B
   (built from the shipped presets, random weights and data) in bf16-mixed
   with foreach AdamW, at three micro-batch sizes each, as tokens/s (images/s
-  for ResNet-50).
+  for ResNet-50); then ResNet-50 as DeepLearningExamples' ConvNets runs it in
+  the tables Lambda publishes (NCHW, SGD with momentum) in TF32 and in fp16 AMP,
+  each with one profiled step: the share of kernel time in cuDNN's NCHW/NHWC
+  layout conversions says whether TF32 convolutions pay them.
 
 Writes ``OUT/training.csv`` (the columns of ``validation/training.csv``),
 ``OUT/gemm.csv``, ``OUT/hbm.csv`` and ``OUT/speed-check.json`` (environment,
@@ -132,6 +135,13 @@ TRAIN: dict[str, list[tuple[str, int, tuple[int, ...]]]] = {
         ("llama-3.2-1b", 32, (2,)),
     ],
 }
+#: ResNet-50 in PyTorch's default NCHW layout with SGD + momentum, the pair Lambda's
+#: deeplearning-benchmark tables time (fp32 column = TF32 on Ampere and later, fp16 = AMP):
+#: (image side, micro-batch) per run size.
+NCHW_PAIR: dict[str, tuple[int, int]] = {"full": (224, 256), "quick": (224, 128), "smoke": (32, 2)}
+NCHW_PRECISIONS = ("tf32", "fp16-mixed")
+LAYOUT_KERNELS = ("nchwtonhwc", "nhwctonchw")
+"""Lower-case name fragments of cuDNN's layout-conversion kernels (``nchwToNhwcKernel``)."""
 WARMUP_STEPS = 3
 TIMED_STEPS = {"full": 10, "quick": 5, "smoke": 2}
 TARGET_S = {"full": 0.25, "quick": 0.1, "smoke": 0.005}
@@ -324,11 +334,23 @@ def run_train_one(torch: Any, device: Any, work: common.Workload, *, size: str) 
     timer = Timer(torch, device)
     torch.manual_seed(0)
     smoke = size == "smoke"
+    tf32 = work.precision == "tf32"
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32 or saved[1]
+    try:
+        return _train_one(torch, device, work, size=size, smoke=smoke, timer=timer)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _train_one(
+    torch: Any, device: Any, work: common.Workload, *, size: str, smoke: bool, timer: Any
+) -> dict[str, Any]:
     model, cls = common.build_model(work, dtype=torch.float32, device=device, smoke=smoke)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = common.make_optimizer(torch, "adamw", params)
+    opt = common.make_optimizer(torch, work.optimizer, params)
     batch = common.make_batch(torch, work, model, device, smoke)
-    step = common.make_step(torch, model, opt, batch, precision="bf16-mixed", device=device)
+    step = common.make_step(torch, model, opt, batch, precision=work.precision, device=device)
     for _ in range(WARMUP_STEPS):
         loss = step()
     timer.sync()
@@ -343,6 +365,7 @@ def run_train_one(torch: Any, device: Any, work: common.Workload, *, size: str) 
     if not math.isfinite(float(loss)):
         raise FloatingPointError(f"non-finite loss {float(loss)}")
     flop = model_flop_per_step(model, work)
+    layout = None if work.channels_last or work.family != "cnn" else layout_profile(torch, step)
     result = {
         "model_class": cls,
         "params_total": sum(p.numel() for p in model.parameters()),
@@ -355,23 +378,63 @@ def run_train_one(torch: Any, device: Any, work: common.Workload, *, size: str) 
         "peak_allocated_bytes": (
             int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
         ),
+        "layout_kernels": layout,
     }
     return result
 
 
+def layout_profile(torch: Any, step: Callable[[], Any]) -> dict[str, Any]:
+    """One profiled step: kernel time in total and in cuDNN's NCHW/NHWC conversions.
+
+    Also counts the convolution kernels whose names carry an NCHW layout (cuDNN's native
+    NCHW implicit-GEMM kernels, which need no conversion). On a CPU smoke run the profile
+    has no CUDA kernels and every figure is 0.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=acts) as prof:
+        step()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    total = layout_s = 0.0
+    nchw_convs = 0
+    for ev in prof.key_averages():
+        device_us = float(getattr(ev, "device_time_total", 0.0) or 0.0)
+        if device_us <= 0:
+            continue
+        name = ev.key.lower()
+        total += device_us
+        if any(k in name for k in LAYOUT_KERNELS):
+            layout_s += device_us
+        elif "nchw" in name:
+            nchw_convs += int(ev.count)
+    return {
+        "kernel_time_s": total / 1e6,
+        "layout_conversion_s": layout_s / 1e6,
+        "layout_conversion_share": layout_s / total if total else 0.0,
+        "nchw_named_kernel_calls": nchw_convs,
+    }
+
+
 def train_spec(work: common.Workload, attention: str = "fused") -> dict[str, Any]:
-    """The job spec of a timed workload (bf16-mixed, foreach AdamW, one GPU, no sharding);
+    """The job spec of a timed workload (its precision and foreach optimizer, one GPU, no
+    sharding; a CNN's layout as ``cnn_kernels``);
     ``attention`` is the kernel class SDPA was seen to run (``fused`` or ``cudnn``)."""
     text = work.family != "cnn"
     spec: dict[str, Any] = {
         "model": work.model,
         "method": "full",
-        "precision": "bf16-mixed",
-        "optimizer": "adamw",
+        "precision": work.precision,
+        "optimizer": work.optimizer,
         "optimizer_impl": "foreach",
         "micro_batch_size": work.micro_batch_size,
     }
-    spec |= {"seq_len": work.seq_len} if text else {"image_size": work.image_size}
+    if text:
+        spec["seq_len"] = work.seq_len
+    else:
+        spec["image_size"] = work.image_size
+        spec["cnn_kernels"] = "channels-last" if work.channels_last else "eager"
     spec["activation_checkpointing"] = "none"
     if text:
         spec["attention"] = attention
@@ -380,7 +443,8 @@ def train_spec(work: common.Workload, attention: str = "fused") -> dict[str, Any
 
 
 def workloads(size: str) -> list[common.Workload]:
-    """The timed workloads of a run size (full, quick or smoke)."""
+    """The timed workloads of a run size (full, quick or smoke), the NCHW pair last."""
+    side, mb = NCHW_PAIR[size]
     return [
         common.Workload(
             model=model,
@@ -390,6 +454,16 @@ def workloads(size: str) -> list[common.Workload]:
         )
         for model, length, batches in TRAIN[size]
         for mb in batches
+    ] + [
+        common.Workload(
+            model="resnet-50",
+            micro_batch_size=mb,
+            image_size=side,
+            precision=precision,
+            channels_last=False,
+            optimizer="sgd-momentum",
+        )
+        for precision in NCHW_PRECISIONS
     ]
 
 
@@ -423,32 +497,54 @@ def train_row(
         f"{env.get('transformers')}, attn_implementation=sdpa ({env.get('sdpa_attention_basis')}), "
         "use_cache=False"
         if text
-        else f"{res['model_class']}, channels_last, cross-entropy over 1000 classes"
+        else f"{res['model_class']}, "
+        f"{'channels_last' if work.channels_last else 'NCHW (contiguous_format)'}, "
+        "cross-entropy over 1000 classes"
+    )
+    numerics = {
+        "bf16-mixed": "fp32 weights, torch.autocast(bfloat16) around forward and loss",
+        "fp16-mixed": "fp32 weights, torch.autocast(float16) around forward and loss, "
+        "torch.amp.GradScaler",
+        "tf32": "fp32 weights, no autocast, TF32 on for cuDNN and matmul",
+    }[work.precision]
+    optimizer = {
+        "adamw": "AdamW(lr=1e-4, foreach=True)",
+        "sgd-momentum": "SGD(lr=1e-3, momentum=0.875, foreach=True)",
+    }[work.optimizer]
+    lay = res.get("layout_kernels")
+    layout = (
+        f"; one profiled step: {lay['kernel_time_s']:.6f} s of kernels, "
+        f"{lay['layout_conversion_share']:.1%} of it in cuDNN NCHW/NHWC conversions, "
+        f"{lay['nchw_named_kernel_calls']} calls of NCHW-named kernels"
+        if lay
+        else ""
     )
     notes = (
         f"{built}; random weights and random inputs resident on the GPU (no data loading); "
-        f"fp32 weights, torch.autocast(bfloat16) around forward and loss; "
-        f"AdamW(lr=1e-4, foreach=True); eager (no torch.compile). "
+        f"{numerics}; {optimizer}; eager (no torch.compile). "
         f"Step time {res['step_time_s']:.6f} s (mean of {n_steps} steps, wall clock between "
         f"synchronize calls); per-step median {res['per_step_median_s']:.6f} s, "
         f"min {min(res['per_step_s']):.6f}, max {max(res['per_step_s']):.6f}{mfu}"
         + (
-            f"; peak allocated {res['peak_allocated_bytes']} B."
+            f"; peak allocated {res['peak_allocated_bytes']} B"
             if res["peak_allocated_bytes"] is not None
-            else "."
+            else ""
         )
+        + f"{layout}."
     )
     if smoke:
         notes = f"{common.SMOKE_NOTE} {notes}"
     what = (
         f"{'tokens' if text else 'images'} per second on one GPU: micro_batch_size"
         f"{' x seq_len' if text else ''} / mean step time over {n_steps} timed steps after "
-        f"{WARMUP_STEPS} warm-up steps; a step is forward, loss, backward, AdamW.step, zero_grad"
+        f"{WARMUP_STEPS} warm-up steps; a step is forward, loss, backward, optimizer step, "
+        "zero_grad"
     )
     shape = f"s{work.seq_len}" if text else f"img{work.image_size}"
     return {
-        "id": f"{common.slug(gpu)}-speedcheck-{stamp}-{work.model}-bf16-mixed-adamw-"
-        f"mb{work.micro_batch_size}-{shape}",
+        "id": f"{common.slug(gpu)}-speedcheck-{stamp}-{work.model}-{work.precision}-"
+        f"{work.optimizer}-mb{work.micro_batch_size}-{shape}"
+        + ("" if text or work.channels_last else "-nchw"),
         "status": "excluded" if smoke else "ok",
         "spec": common.flow_yaml(spec),
         "gpu": gpu,
@@ -565,7 +661,9 @@ def main(argv: list[str] | None = None) -> int:
     if "train" in sections:
         for work in workloads(size):
             length = work.seq_len or work.image_size
-            key = f"{work.model} mb{work.micro_batch_size}"
+            key = f"{work.model} mb{work.micro_batch_size}" + (
+                "" if work.channels_last or work.family != "cnn" else f" nchw {work.precision}"
+            )
             if over_budget(key):
                 continue
             if device.type == "cuda":
@@ -580,7 +678,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  FAILED {key}: {report['errors'][-1]}", flush=True)
                 continue
             train.append(
-                {"model": work.model, "micro_batch_size": work.micro_batch_size, "length": length}
+                {
+                    "model": work.model,
+                    "micro_batch_size": work.micro_batch_size,
+                    "length": length,
+                    "precision": work.precision,
+                    "channels_last": work.channels_last,
+                }
                 | res
             )
             rows.append(
@@ -596,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
                     n_steps=TIMED_STEPS[size],
                 )
             )
-            print(f"  {key:<20} step {res['step_time_s'] * 1e3:8.1f} ms", flush=True)
+            print(f"  {key:<30} step {res['step_time_s'] * 1e3:8.1f} ms", flush=True)
         report["clocks"]["after_train"] = clocks(device, uuid)
 
     out = args.out
@@ -642,10 +746,11 @@ def _summary(report: dict[str, Any], gpu: str, out: Path) -> None:
             ],
         )
     if report["train"]:
-        print("\nTraining step, bf16-mixed, AdamW (foreach), one GPU")
+        print("\nTraining step, one GPU (bf16-mixed AdamW; the NCHW ResNet pair: SGD + momentum)")
         common.print_table(
             [
                 "model",
+                "precision",
                 "mb",
                 "seq/img",
                 "step ms",
@@ -657,6 +762,7 @@ def _summary(report: dict[str, Any], gpu: str, out: Path) -> None:
             [
                 [
                     t["model"],
+                    t["precision"] + ("" if t["channels_last"] else " NCHW"),
                     t["micro_batch_size"],
                     t["length"],
                     f"{t['step_time_s'] * 1e3:.1f}",

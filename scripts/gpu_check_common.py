@@ -258,6 +258,12 @@ class Workload:
     """Tokens per sample (text models)."""
     image_size: int | None = None
     """Image side in pixels (ResNet-50)."""
+    precision: str = "bf16-mixed"
+    """Training precision of the speed check's step (bf16-mixed, fp16-mixed or tf32)."""
+    channels_last: bool = True
+    """ResNet-50 tensors in NHWC (``torch.channels_last``); False: PyTorch's NCHW default."""
+    optimizer: str = "adamw"
+    """The speed check's optimizer: adamw, or sgd-momentum (DeepLearningExamples' ResNet)."""
 
     @property
     def family(self) -> str:
@@ -278,7 +284,8 @@ def build_model(work: Workload, *, dtype: Any, device: Any, smoke: bool) -> tupl
 
     if work.family == "cnn":
         model, name = build_resnet50(smoke=smoke)
-        model = model.to(device=device, dtype=dtype, memory_format=torch.channels_last)
+        layout = torch.channels_last if work.channels_last else torch.contiguous_format
+        model = model.to(device=device, dtype=dtype, memory_format=layout)
         return model.train(), name
     import transformers
 
@@ -439,7 +446,9 @@ def make_optimizer(torch: Any, name: str, params: list[Any]) -> Any:
         return torch.optim.AdamW(params, lr=1e-4, foreach=True)
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-3, foreach=True)
-    raise ValueError(f"optimizer {name!r}: use adamw or sgd")
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.875, foreach=True)
+    raise ValueError(f"optimizer {name!r}: use adamw, sgd or sgd-momentum")
 
 
 def make_batch(torch: Any, work: Workload, model: Any, device: Any, smoke: bool) -> dict[str, Any]:
@@ -451,7 +460,9 @@ def make_batch(torch: Any, work: Workload, model: Any, device: Any, smoke: bool)
         images = torch.randn(b, 3, size, size, generator=gen)
         classes = 10 if smoke else 1000
         return {
-            "x": images.to(device).contiguous(memory_format=torch.channels_last),
+            "x": images.to(device).contiguous(
+                memory_format=torch.channels_last if work.channels_last else torch.contiguous_format
+            ),
             "y": torch.randint(0, classes, (b,), generator=gen).to(device),
         }
     vocab = int(model.config.vocab_size)
@@ -469,12 +480,18 @@ def make_step(
     The model outputs (logits included) stay referenced until after backward,
     as in the plain PyTorch loop of the transformers docs
     (``outputs = model(**batch); loss = outputs.loss; loss.backward()``).
+    ``fp16-mixed`` runs under fp16 autocast with a ``GradScaler`` (scale, unscale and the
+    inf check each step, as DeepLearningExamples' ResNet does with ``--amp``); ``tf32`` and
+    ``fp32`` run without autocast (the caller sets the TF32 switches).
     """
     import contextlib
 
+    half = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16-mixed" else None
+
     def autocast() -> Any:
-        if precision == "bf16-mixed":
-            return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        if half is not None:
+            return torch.autocast(device_type=device.type, dtype=half)
         return contextlib.nullcontext()
 
     if "x" in batch:
@@ -484,9 +501,15 @@ def make_step(
             with autocast():
                 out = model(batch["x"])
                 loss = loss_fn(out.float(), batch["y"])
-            loss.backward()
-            del out
-            opt.step()
+            if scaler is None:
+                loss.backward()
+                del out
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                del out
+                scaler.step(opt)
+                scaler.update()
             opt.zero_grad(set_to_none=True)
             return loss.detach()
 
@@ -496,9 +519,15 @@ def make_step(
             with autocast():
                 out = model(**batch)
                 loss = out.loss
-            loss.backward()
-            del out
-            opt.step()
+            if scaler is None:
+                loss.backward()
+                del out
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                del out
+                scaler.step(opt)
+                scaler.update()
             opt.zero_grad(set_to_none=True)
             return loss.detach()
 

@@ -185,6 +185,16 @@ def test_speed_check_writes_training_gemm_and_hbm_rows(speed_out: Path) -> None:
         else:
             assert (row["metric"], row["unit"]) == ("tokens_per_s_per_gpu", "tokens/s/gpu")
             assert spec["seq_len"] > 0
+    # ResNet-50: the channels-last bf16 rows say so; the NCHW pair (Lambda's tables' layout)
+    # is TF32 and fp16 AMP with SGD + momentum, each with a profiled step in the JSON
+    cnn = [yaml.safe_load(r["spec"]) for r in rows if "resnet" in r["id"]]
+    assert {(s["precision"], s["cnn_kernels"], s["optimizer"]) for s in cnn} == {
+        ("bf16-mixed", "channels-last", "adamw"),
+        ("tf32", "eager", "sgd-momentum"),
+        ("fp16-mixed", "eager", "sgd-momentum"),
+    }
+    nchw = [r for r in rows if r["id"].endswith("-nchw")]
+    assert len(nchw) == 2 and all("NCHW/NHWC conversions" in r["notes"] for r in nchw)
     gemm = _rows(speed_out / "gemm.csv")
     assert {g["dtype"] for g in gemm} == {"bf16", "fp16", "tf32", "fp32"}
     assert all(float(g["tflops"]) >= 0 and float(g["time_s"]) > 0 for g in gemm)
@@ -195,6 +205,9 @@ def test_speed_check_writes_training_gemm_and_hbm_rows(speed_out: Path) -> None:
     assert hbm and all(float(h["gb_per_s"]) > 0 for h in hbm)
     report = json.loads((speed_out / "speed-check.json").read_text(encoding="utf-8"))
     assert report["errors"] == []
+    layouts = [t["layout_kernels"] for t in report["train"] if not t["channels_last"]]
+    assert len(layouts) == 2
+    assert all(0.0 <= lay["layout_conversion_share"] <= 1.0 for lay in layouts)
 
 
 def test_rows_are_accepted_by_the_estimators(memory_out: Path, speed_out: Path) -> None:
