@@ -494,41 +494,34 @@ def make_step(
             return torch.autocast(device_type=device.type, dtype=half)
         return contextlib.nullcontext()
 
+    def finish(loss: Any, held: list[Any]) -> None:
+        # the outputs in ``held`` stay referenced until backward has run
+        (loss if scaler is None else scaler.scale(loss)).backward()
+        held.clear()
+        if scaler is None:
+            opt.step()
+        else:
+            scaler.step(opt)
+            scaler.update()
+        opt.zero_grad(set_to_none=True)
+
     if "x" in batch:
         loss_fn = torch.nn.functional.cross_entropy
 
         def step() -> Any:
             with autocast():
-                out = model(batch["x"])
-                loss = loss_fn(out.float(), batch["y"])
-            if scaler is None:
-                loss.backward()
-                del out
-                opt.step()
-            else:
-                scaler.scale(loss).backward()
-                del out
-                scaler.step(opt)
-                scaler.update()
-            opt.zero_grad(set_to_none=True)
+                held = [model(batch["x"])]
+                loss = loss_fn(held[0].float(), batch["y"])
+            finish(loss, held)
             return loss.detach()
 
     else:
 
         def step() -> Any:
             with autocast():
-                out = model(**batch)
-                loss = out.loss
-            if scaler is None:
-                loss.backward()
-                del out
-                opt.step()
-            else:
-                scaler.scale(loss).backward()
-                del out
-                scaler.step(opt)
-                scaler.update()
-            opt.zero_grad(set_to_none=True)
+                held = [model(**batch)]
+                loss = held[0].loss
+            finish(loss, held)
             return loss.detach()
 
     return step
