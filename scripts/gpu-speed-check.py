@@ -334,9 +334,9 @@ def run_train_one(torch: Any, device: Any, work: common.Workload, *, size: str) 
     timer = Timer(torch, device)
     torch.manual_seed(0)
     smoke = size == "smoke"
-    tf32 = work.precision == "tf32"
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32 or saved[1]
+    if work.precision == "tf32":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
         return _train_one(torch, device, work, size=size, smoke=smoke, timer=timer)
     finally:
@@ -365,7 +365,7 @@ def _train_one(
     if not math.isfinite(float(loss)):
         raise FloatingPointError(f"non-finite loss {float(loss)}")
     flop = model_flop_per_step(model, work)
-    layout = None if work.channels_last or work.family != "cnn" else layout_profile(torch, step)
+    layout = layout_profile(torch, step) if work.nchw else None
     result = {
         "model_class": cls,
         "params_total": sum(p.numel() for p in model.parameters()),
@@ -543,8 +543,7 @@ def train_row(
     shape = f"s{work.seq_len}" if text else f"img{work.image_size}"
     return {
         "id": f"{common.slug(gpu)}-speedcheck-{stamp}-{work.model}-{work.precision}-"
-        f"{work.optimizer}-mb{work.micro_batch_size}-{shape}"
-        + ("" if text or work.channels_last else "-nchw"),
+        f"{work.optimizer}-mb{work.micro_batch_size}-{shape}" + ("-nchw" if work.nchw else ""),
         "status": "excluded" if smoke else "ok",
         "spec": common.flow_yaml(spec),
         "gpu": gpu,
@@ -662,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
         for work in workloads(size):
             length = work.seq_len or work.image_size
             key = f"{work.model} mb{work.micro_batch_size}" + (
-                "" if work.channels_last or work.family != "cnn" else f" nchw {work.precision}"
+                f" nchw {work.precision}" if work.nchw else ""
             )
             if over_budget(key):
                 continue

@@ -273,6 +273,11 @@ class Workload:
         return "encoder" if self.model == "bert-base" else "decoder"
 
     @property
+    def nchw(self) -> bool:
+        """A CNN in PyTorch's default NCHW layout (the speed check's conversion-profiled pair)."""
+        return self.family == "cnn" and not self.channels_last
+
+    @property
     def tokens(self) -> int:
         """Tokens per step (0 for images)."""
         return self.micro_batch_size * (self.seq_len or 0)
