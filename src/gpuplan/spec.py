@@ -199,6 +199,16 @@ class ParallelismSpec(_Spec):
         "around the ring; the cp ranks share the weights like data-parallel ranks. seq_len "
         "must divide by 2 x cp (load-balanced causal chunks). Not tried by parallelism: auto.",
     )
+    sequence_parallel: bool = Field(
+        default=True,
+        description="With tp > 1, whether the activations outside the tensor-parallel region "
+        "(norm inputs, the inputs of the column-parallel QKV and MLP-up linears, residual "
+        "dropout masks, checkpointed layer inputs) are split over the tp ranks by sequence "
+        "(Megatron's --sequence-parallel, on in NeMo's and Megatron-Bridge's recipes and "
+        "torchtitan's TP plan) or kept whole on every rank (false: Megatron-LM's default, "
+        "Megatron before 2022, PyTorch TP plans without SequenceParallel). Memory only; the "
+        "layout search assumes true.",
+    )
 
 
 _SCIENTIFIC = re.compile(r"[0-9][0-9_]*(\.[0-9_]*)?[eE][+-]?[0-9]+")

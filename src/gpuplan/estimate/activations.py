@@ -123,6 +123,14 @@ class Item:
 
     name: str
     bytes_per_token: float
+    tp_replicated: bool = False
+    """Outside the tensor-parallel region (a norm's input, the input of a column-parallel
+    linear, a residual dropout mask, a checkpointed layer input): every tp rank keeps all of
+    it unless sequence parallelism splits it (Korthikanti et al., MLSys 2023: the 10 sbh of
+    ``sbh(10 + 24/t + 5as/(ht))``); the rest is split over the tp ranks."""
+    attention_core: bool = False
+    """Kept by the attention kernel itself (q, k, v, its output and statistics, or eager
+    attention's scores): what Megatron's selective recomputation drops and recomputes."""
 
 
 def _norm(shape: Shape, num: Numerics, tr: Trainable, where: str) -> list[Item]:
@@ -130,20 +138,38 @@ def _norm(shape: Shape, num: Numerics, tr: Trainable, where: str) -> list[Item]:
     a = num.act_bytes
     if num.compiled or num.fused_kernels:
         kind = "compiled" if num.compiled else "fused"
-        return [Item(name=f"{where} norm input ({kind})", bytes_per_token=a * h + FP32)]
+        return [
+            Item(
+                name=f"{where} norm input ({kind})",
+                bytes_per_token=a * h + FP32,
+                tp_replicated=True,
+            )
+        ]
     if shape.norm == "rmsnorm":
         # HF RMSNorm: x.to(float32); pow saves the fp32 x; weight * x.to(dtype) saves the cast
-        items = [Item(name=f"{where} rmsnorm fp32 input", bytes_per_token=FP32 * h)]
+        items = [
+            Item(name=f"{where} rmsnorm fp32 input", bytes_per_token=FP32 * h, tp_replicated=True)
+        ]
         if tr.full:
             # under autocast the residual stream is fp32 (fp32 params): the normalised copy is fp32
             cast = FP32 if num.autocast else a
             items.append(
-                Item(name=f"{where} rmsnorm normalised (for weight grad)", bytes_per_token=cast * h)
+                Item(
+                    name=f"{where} rmsnorm normalised (for weight grad)",
+                    bytes_per_token=cast * h,
+                    tp_replicated=True,
+                )
             )
         return items
     # native layer_norm saves its input (fp32 under autocast) plus mean/rstd
     in_bytes = FP32 if num.autocast and not num.residual_16bit else a
-    return [Item(name=f"{where} layernorm input", bytes_per_token=in_bytes * h + 2 * FP32)]
+    return [
+        Item(
+            name=f"{where} layernorm input",
+            bytes_per_token=in_bytes * h + 2 * FP32,
+            tp_replicated=True,
+        )
+    ]
 
 
 def _linear_inputs(
@@ -155,8 +181,12 @@ def _linear_inputs(
     *,
     fp32_input: bool = False,
     input_counted: bool = False,
+    column_parallel: bool = False,
 ) -> list[Item]:
     """Input saved once for the linears sharing it, plus LoRA dropout copies.
+
+    ``column_parallel``: the linears read the whole hidden state (QKV, MLP up), so under
+    tensor parallelism without sequence parallelism every rank keeps all of their input.
 
     ``input_counted``: the input is a view of a tensor already kept (flash-attn's output
     read by the out-projection), so only the adapters' tensors are added.
@@ -206,7 +236,7 @@ def _linear_inputs(
         items.append(
             Item(name=f"{where} LoRA A outputs", bytes_per_token=len(lora) * a * tr.lora_rank)
         )
-    return items
+    return [dataclasses.replace(i, tp_replicated=column_parallel) for i in items]
 
 
 def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool) -> list[Item]:
@@ -215,9 +245,12 @@ def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool
     width_kv = shape.kv_heads * shape.head_dim
     items = _norm(shape, num, tr, "attn")
     qkv_roles = ("qkv",) if any(lin.role == "qkv" for lin in shape.linears) else ("q", "k", "v")
-    items += _linear_inputs(qkv_roles, h, num, tr, "attn qkv", fp32_input=True)
+    items += _linear_inputs(
+        qkv_roles, h, num, tr, "attn qkv", fp32_input=True, column_parallel=True
+    )
     repeat = shape.kv_heads < shape.heads and shape.family == "decoder" and not num.fused_kernels
     kv_saved = width_q if repeat else width_kv  # HF repeat_kv materialises full-width K/V
+    outer = len(items)
     if fused:
         qkvo = 1 if num.fp8_attention else a  # fp8 attention keeps its fp8 casts
         tag = " (fp8)" if num.fp8_attention else ""
@@ -261,6 +294,8 @@ def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool
                     name="attn dropout mask + output (s^2)", bytes_per_token=(1 + a) * per_token_sq
                 )
             )
+    # what the attention kernel itself keeps: Megatron's selective checkpointing drops it
+    items[outer:] = [dataclasses.replace(i, attention_core=True) for i in items[outer:]]
     o_roles = ("o",)
     items += _linear_inputs(
         o_roles,
@@ -272,7 +307,7 @@ def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool
         input_counted=fused and num.attention_output_shared and not num.fp8_linear_inputs,
     )
     if shape.hidden_dropout > 0:
-        items.append(Item(name="attn residual dropout mask", bytes_per_token=h))
+        items.append(Item(name="attn residual dropout mask", bytes_per_token=h, tp_replicated=True))
     return items
 
 
@@ -292,7 +327,9 @@ def _mlp(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
             Item(name="moe expert outputs (for routing-weight grad)", bytes_per_token=k * a * h)
         )
     else:
-        items += _linear_inputs(up_roles, h, num, tr, "mlp up", fp32_input=True)
+        items += _linear_inputs(
+            up_roles, h, num, tr, "mlp up", fp32_input=True, column_parallel=True
+        )
     if shape.gated and (num.compiled or num.fused_kernels):
         kind = "compiled" if num.compiled else "fused SwiGLU input"
         fp8_in = num.fp8_activation_input and not num.compiled
@@ -325,7 +362,7 @@ def _mlp(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
         down = [i for i in down if "LoRA" in i.name]
     items += [dataclasses.replace(i, bytes_per_token=i.bytes_per_token * k) for i in down]
     if shape.hidden_dropout > 0:
-        items.append(Item(name="mlp residual dropout mask", bytes_per_token=h))
+        items.append(Item(name="mlp residual dropout mask", bytes_per_token=h, tp_replicated=True))
     return items
 
 
@@ -373,6 +410,8 @@ def op_sac_items(shape: Shape, num: Numerics) -> list[Item]:
             Item(
                 name=f"{lin.role} matmul output (op SAC)",
                 bytes_per_token=a * lin.out_features * copies,
+                # a row-parallel output (out-projection, MLP down) is whole after its reduction
+                tp_replicated=lin.role in ("o", "down", "fc2"),
             )
         )
     return items
@@ -380,7 +419,13 @@ def op_sac_items(shape: Shape, num: Numerics) -> list[Item]:
 
 def boundary_items(shape: Shape, num: Numerics) -> list[Item]:
     """What full checkpointing keeps per layer: the layer's input hidden state."""
-    return [Item(name="checkpointed layer input", bytes_per_token=num.act_bytes * shape.hidden)]
+    return [
+        Item(
+            name="checkpointed layer input",
+            bytes_per_token=num.act_bytes * shape.hidden,
+            tp_replicated=True,
+        )
+    ]
 
 
 def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
@@ -388,11 +433,11 @@ def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
     h, a = shape.hidden, num.act_bytes
     items: list[Item] = []
     if shape.hidden_dropout > 0:
-        items.append(Item(name="embedding dropout mask", bytes_per_token=h))
+        items.append(Item(name="embedding dropout mask", bytes_per_token=h, tp_replicated=True))
     items += _norm(shape, num, tr, "final")
     if shape.family == "decoder":
         if tr.full:
-            items.append(Item(name="lm_head input", bytes_per_token=a * h))
+            items.append(Item(name="lm_head input", bytes_per_token=a * h, tp_replicated=True))
         v = shape.vocab
         if num.te_cross_entropy:
             items.append(

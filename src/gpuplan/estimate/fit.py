@@ -236,6 +236,7 @@ def explicit_strategy(
         pp=par.pp,
         vp=par.vp if par.pp > 1 else 1,
         cp=par.cp,
+        sequence_parallel=par.sequence_parallel,
         dp=dp,
         micro_batch_size=mb,
         grad_accum=ga,

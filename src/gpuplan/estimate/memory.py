@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Iterable
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import overheads as ovh
@@ -555,6 +556,22 @@ def previous_step_inputs(shape: Shape, st: Strategy, act_bytes: int, head: bool)
     return per_token * act_bytes
 
 
+def per_tp_rank(items: Iterable[Item], st: Strategy) -> float:
+    """Bytes per token one tensor-parallel rank keeps of ``items``.
+
+    Tensors inside the tensor-parallel region are split over the tp ranks; the others
+    (``Item.tp_replicated``) only under sequence parallelism (Megatron's
+    ``--sequence-parallel`` shards LayerNorm, dropout and the column-parallel linears'
+    saved inputs by sequence, ``megatron/core/tensor_parallel/layers.py``,
+    ``LinearWithGradAccumulationAndAsyncCommunication``, which all-gathers the sharded
+    input again in backward; without it every rank keeps them whole).
+    """
+    return sum(
+        i.bytes_per_token / (1 if i.tp_replicated and not st.sequence_parallel else st.tp)
+        for i in items
+    )
+
+
 def _transformer_activations(
     shape: Shape, job: MemoryJob, st: Strategy, tr: Trainable, act_bytes: int, autocast: bool
 ) -> tuple[float, float, list[Item]]:
@@ -595,28 +612,20 @@ def _transformer_activations(
     # later, after the last layer's activations are freed)
     layers = max(0, layers - off) + min(1, off) if off else layers
     items = list(layer_items_cached(shape, num, tr, seq, job.fused_attention))
-    per_layer = sum(i.bytes_per_token for i in items) / st.tp
+    per_layer = per_tp_rank(items, st)
     # ``act_tok``: what each in-flight micro-batch keeps; ``recomputed_tok``: the one layer a
     # checkpointed backward rebuilds. Pipeline schedules run one micro-batch's backward at a
     # time (Megatron ``forward_backward_pipelining_*``), so the rebuilt layer exists once while
     # every in-flight micro-batch holds its checkpoints.
     recomputed_tok = 0.0
     if st.activation_checkpointing == "full":
-        kept = sum(i.bytes_per_token for i in boundary_items(shape, num)) / st.tp
+        kept = per_tp_rank(boundary_items(shape, num), st)
         act_tok, recomputed_tok = layers * kept, per_layer
     elif st.activation_checkpointing == "selective-op":
-        kept = sum(i.bytes_per_token for i in op_sac_items(shape, num)) / st.tp
+        kept = per_tp_rank(op_sac_items(shape, num), st)
         act_tok, recomputed_tok = layers * kept, per_layer
     elif st.activation_checkpointing == "selective":
-        core = (
-            sum(
-                i.bytes_per_token
-                for i in items
-                if i.name.startswith("attn")
-                and ("SDPA" in i.name or "s^2" in i.name or "matmul inputs" in i.name)
-            )
-            / st.tp
-        )
+        core = per_tp_rank([i for i in items if i.attention_core], st)
         act_tok, recomputed_tok = layers * (per_layer - core), core
     else:
         act_tok = layers * per_layer
@@ -624,7 +633,7 @@ def _transformer_activations(
     saved = (act_tok * in_flight + recomputed_tok) * tokens
     if job.bnb_keeps_inputs and fw.keeps_previous_graph:
         saved += previous_step_inputs(shape, st, act_bytes, fw.qlora_quantizes_head) * tokens
-    saved += sum(i.bytes_per_token for i in head_items_cached(shape, num, tr)) / st.tp * tokens
+    saved += per_tp_rank(head_items_cached(shape, num, tr), st) * tokens
     transient = backward_transient_per_token(shape, num) / st.tp * tokens
     return saved, transient, items
 
@@ -668,6 +677,14 @@ def activation_bytes(
         assumptions.append(
             "bitsandbytes < 0.43.2 with a loop that holds the previous step's graph: the "
             "previous step's inputs to the 4-bit linears stay live through the next forward"
+        )
+    if st.tp > 1:
+        assumptions.append(
+            f"tp={st.tp} with sequence parallelism: norm inputs, column-parallel linear inputs "
+            "and dropout masks split over the tp ranks (parallelism.sequence_parallel)"
+            if st.sequence_parallel
+            else f"tp={st.tp} without sequence parallelism: norm inputs, column-parallel linear "
+            "inputs, dropout masks and checkpointed layer inputs whole on every tp rank"
         )
     if job.fused_attention:
         assumptions.append("fused attention (flash / memory-efficient SDPA): no s^2 buffers")

@@ -26,6 +26,9 @@ class Strategy:
     """Virtual pipeline stages per GPU (interleaved schedule)."""
     cp: int = 1
     """Context-parallel degree: each rank holds seq_len / cp tokens of every sequence."""
+    sequence_parallel: bool = True
+    """With ``tp > 1``: activations outside the tensor-parallel region are split over the tp
+    ranks (Megatron ``--sequence-parallel``); False keeps them whole on every rank."""
     micro_batch_size: int = 1
     grad_accum: int = 1
     activation_checkpointing: str = "none"
@@ -63,6 +66,7 @@ class Strategy:
             "grad_accum": self.grad_accum,
             "offload": self.offload,
             "cp": self.cp,
+            "sequence_parallel": self.sequence_parallel,
         }
 
     def label(self) -> str:
@@ -71,6 +75,7 @@ class Strategy:
         parts += [f"tp{self.tp}"] if self.tp > 1 else []
         parts += [f"pp{self.pp}" + (f"v{self.vp}" if self.vp > 1 else "")] if self.pp > 1 else []
         parts += [f"cp{self.cp}"] if self.cp > 1 else []
+        parts += ["sp=off"] if self.tp > 1 and not self.sequence_parallel else []
         parts += [f"dp{self.dp}", f"mb{self.micro_batch_size}"]
         if self.grad_accum > 1:
             parts.append(f"ga{self.grad_accum}")

@@ -728,6 +728,13 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
         note += (
             f"; one rank's slice: linears sharded by tp={part.tp} (column-parallel QKV/gate/up, "
             "row-parallel out/down, vocab-parallel embedding and head), no sequence parallelism"
+            + (
+                " (the layout's sequence parallelism is not traced: norm inputs and the "
+                "column-parallel linears' inputs stay whole, so this peak is an upper bound; "
+                "parallelism.sequence_parallel: false compares like with like)"
+                if st.sequence_parallel
+                else ""
+            )
         )
         if part.pipelined:
             note += (

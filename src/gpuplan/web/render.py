@@ -48,6 +48,8 @@ def strategy_label(st: Mapping[str, Any]) -> str:
     ]
     if st.get("vp", 1) > 1:
         parts.append(f"vp{st['vp']}")
+    if st.get("tp", 1) > 1 and st.get("sequence_parallel") is False:
+        parts.append("sp=off")
     return " ".join(parts)
 
 
