@@ -8,9 +8,8 @@ import pytest
 
 from gpuplan.catalog.loader import load_catalog
 from gpuplan.catalog.schema import GpuSpec
-from gpuplan.estimate import activations, memory
+from gpuplan.estimate import activations
 from gpuplan.estimate.fit import fit
-from gpuplan.estimate.strategy import Strategy
 from gpuplan.spec import parse_spec
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -76,11 +75,9 @@ def test_per_tp_rank_divides_only_what_the_tp_region_splits() -> None:
         activations.Item(name="inside", bytes_per_token=800.0),
         activations.Item(name="outside", bytes_per_token=400.0, tp_replicated=True),
     ]
-    assert memory.per_tp_rank(items, Strategy(tp=4)) == pytest.approx(300.0)
-    assert memory.per_tp_rank(items, Strategy(tp=4, sequence_parallel=False)) == pytest.approx(
-        600.0
-    )
-    assert memory.per_tp_rank(items, Strategy(tp=1, sequence_parallel=False)) == 1200.0
+    assert activations.per_tp_rank(items, 4, True) == pytest.approx(300.0)
+    assert activations.per_tp_rank(items, 4, False) == pytest.approx(600.0)
+    assert activations.per_tp_rank(items, 1, False) == 1200.0
 
 
 def test_the_layout_says_so_and_the_default_is_on(h100: GpuSpec) -> None:
@@ -108,3 +105,19 @@ def test_a_non_boolean_is_a_one_line_error() -> None:
 
     with pytest.raises(SpecError, match="parallelism.sequence_parallel"):
         parse_spec({"model": "llama-3-8b", "parallelism": {"tp": 2, "sequence_parallel": "maybe"}})
+
+
+def test_without_it_each_rank_repeats_the_norm_and_dropout_work(h100: GpuSpec) -> None:
+    """The time model prices the element-wise passes over what a rank keeps: without sequence
+    parallelism the norms, dropouts and residual adds run over the whole hidden state on
+    every tensor-parallel rank. Nothing else in the step changes."""
+    from gpuplan.estimate.configure import configure
+
+    def parts(sp: bool) -> dict[str, float]:
+        spec = parse_spec(_megatron_tp4(sp))
+        return dict(configure(spec, h100, 8, with_scaling=False).time.parts)
+
+    on, off = parts(True), parts(False)
+    assert off["elementwise"] > 1.5 * on["elementwise"]
+    for key in ("gemm", "attention", "lm head + loss", "tp comm exposed"):
+        assert off[key] == pytest.approx(on[key])

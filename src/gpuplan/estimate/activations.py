@@ -133,6 +133,21 @@ class Item:
     attention's scores): what Megatron's selective recomputation drops and recomputes."""
 
 
+def per_tp_rank(items: Iterable[Item], tp: int, sequence_parallel: bool) -> float:
+    """Bytes per token one tensor-parallel rank keeps of ``items``.
+
+    Tensors inside the tensor-parallel region are split over the ``tp`` ranks; the others
+    (``Item.tp_replicated``) only under sequence parallelism (Megatron's
+    ``--sequence-parallel`` shards LayerNorm, dropout and the column-parallel linears' saved
+    inputs by sequence, ``megatron/core/tensor_parallel/layers.py``,
+    ``LinearWithGradAccumulationAndAsyncCommunication``, which all-gathers the sharded input
+    again in backward; without it every rank keeps them whole).
+    """
+    return sum(
+        i.bytes_per_token / (1 if i.tp_replicated and not sequence_parallel else tp) for i in items
+    )
+
+
 def _norm(shape: Shape, num: Numerics, tr: Trainable, where: str) -> list[Item]:
     h = shape.hidden
     a = num.act_bytes

@@ -21,7 +21,7 @@ import dataclasses
 import functools
 
 from gpuplan.catalog.schema import GpuSpec
-from gpuplan.estimate.activations import Item, Trainable
+from gpuplan.estimate.activations import Item, Trainable, per_tp_rank
 from gpuplan.estimate.calibration import ATTENTION_PRIOR, ArchEfficiency
 from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.strategy import Strategy
@@ -243,7 +243,7 @@ def transformer_step(
         sq_bytes = elements * (passes * score_bytes + (2 if dropout else 0))
         t_attn = 3 * _gemm_time(attn_fwd, sq_bytes / 3, peak, bw, eff)
         attn_hw = attn_fwd * 3
-    saved = sum(i.bytes_per_token for i in items) / tp * tokens
+    saved = per_tp_rank(items, tp, st.sequence_parallel) * tokens
     t_elem = (ELEMENTWISE_PASSES * saved + cast_bytes) / (bw * eff.hbm)
     t_launch = KERNELS_PER_LAYER * eff.kernel_overhead_s
     layer_fwd_share = t_gemm / 3 + t_attn / (1 + FLASH_BWD_FACTOR) + t_elem / 3

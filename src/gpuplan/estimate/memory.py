@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Iterable
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import overheads as ovh
@@ -46,6 +45,7 @@ from gpuplan.estimate.activations import (
     head_items_cached,
     layer_items_cached,
     op_sac_items,
+    per_tp_rank,
 )
 from gpuplan.estimate.frameworks import FRAMEWORKS
 from gpuplan.estimate.lora import adapter_params_per_layer
@@ -556,22 +556,6 @@ def previous_step_inputs(shape: Shape, st: Strategy, act_bytes: int, head: bool)
     return per_token * act_bytes
 
 
-def per_tp_rank(items: Iterable[Item], st: Strategy) -> float:
-    """Bytes per token one tensor-parallel rank keeps of ``items``.
-
-    Tensors inside the tensor-parallel region are split over the tp ranks; the others
-    (``Item.tp_replicated``) only under sequence parallelism (Megatron's
-    ``--sequence-parallel`` shards LayerNorm, dropout and the column-parallel linears'
-    saved inputs by sequence, ``megatron/core/tensor_parallel/layers.py``,
-    ``LinearWithGradAccumulationAndAsyncCommunication``, which all-gathers the sharded
-    input again in backward; without it every rank keeps them whole).
-    """
-    return sum(
-        i.bytes_per_token / (1 if i.tp_replicated and not st.sequence_parallel else st.tp)
-        for i in items
-    )
-
-
 def _transformer_activations(
     shape: Shape, job: MemoryJob, st: Strategy, tr: Trainable, act_bytes: int, autocast: bool
 ) -> tuple[float, float, list[Item]]:
@@ -612,20 +596,20 @@ def _transformer_activations(
     # later, after the last layer's activations are freed)
     layers = max(0, layers - off) + min(1, off) if off else layers
     items = list(layer_items_cached(shape, num, tr, seq, job.fused_attention))
-    per_layer = per_tp_rank(items, st)
+    per_layer = per_tp_rank(items, st.tp, st.sequence_parallel)
     # ``act_tok``: what each in-flight micro-batch keeps; ``recomputed_tok``: the one layer a
     # checkpointed backward rebuilds. Pipeline schedules run one micro-batch's backward at a
     # time (Megatron ``forward_backward_pipelining_*``), so the rebuilt layer exists once while
     # every in-flight micro-batch holds its checkpoints.
     recomputed_tok = 0.0
     if st.activation_checkpointing == "full":
-        kept = per_tp_rank(boundary_items(shape, num), st)
+        kept = per_tp_rank(boundary_items(shape, num), st.tp, st.sequence_parallel)
         act_tok, recomputed_tok = layers * kept, per_layer
     elif st.activation_checkpointing == "selective-op":
-        kept = per_tp_rank(op_sac_items(shape, num), st)
+        kept = per_tp_rank(op_sac_items(shape, num), st.tp, st.sequence_parallel)
         act_tok, recomputed_tok = layers * kept, per_layer
     elif st.activation_checkpointing == "selective":
-        core = per_tp_rank([i for i in items if i.attention_core], st)
+        core = per_tp_rank([i for i in items if i.attention_core], st.tp, st.sequence_parallel)
         act_tok, recomputed_tok = layers * (per_layer - core), core
     else:
         act_tok = layers * per_layer
@@ -633,7 +617,7 @@ def _transformer_activations(
     saved = (act_tok * in_flight + recomputed_tok) * tokens
     if job.bnb_keeps_inputs and fw.keeps_previous_graph:
         saved += previous_step_inputs(shape, st, act_bytes, fw.qlora_quantizes_head) * tokens
-    saved += per_tp_rank(head_items_cached(shape, num, tr), st) * tokens
+    saved += per_tp_rank(head_items_cached(shape, num, tr), st.tp, st.sequence_parallel) * tokens
     transient = backward_transient_per_token(shape, num) / st.tp * tokens
     return saved, transient, items
 

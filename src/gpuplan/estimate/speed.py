@@ -280,6 +280,7 @@ def estimate_time(
                 pp=st.pp,
                 micro_batch_size=st.micro_batch_size,
                 activation_checkpointing=st.activation_checkpointing,
+                sequence_parallel=st.sequence_parallel,
             ),
             peak=peak,
             peak16=peak_flops(gpu, "bf16"),
