@@ -269,6 +269,36 @@ def test_step_parts_add_up_to_the_step_with_tensor_parallel(cat) -> None:  # typ
     assert sum(t.parts.values()) == pytest.approx(t.step_time_s, rel=1e-9)
 
 
+@pytest.mark.parametrize(("checkpointing", "reductions"), [("none", 4), ("full", 6)])
+def test_tensor_parallel_reductions_are_megatrons(  # type: ignore[no-untyped-def]
+    cat, checkpointing: str, reductions: int
+) -> None:
+    """Per layer and micro-batch, Megatron reduces the hidden state twice in forward and twice
+    in backward (``megatron/core/tensor_parallel/mappings.py``); full checkpointing runs the
+    forward's two again."""
+    spec = parse_spec(
+        {
+            "model": "llama-2-70b",
+            "seq_len": 4096,
+            "precision": "bf16-mixed",
+            "global_batch_size": 8,
+            "activation_checkpointing": checkpointing,
+            "parallelism": {"sharding": "zero1", "tp": 8},
+        }
+    )
+    gpu = cat.gpu("H100-SXM")
+    topo = default_topology(gpu, 8)
+    conf = configure(spec, gpu, 8, topo, require_fit=False)
+    st = conf.strategy
+    assert st.tp == 8 and st.micro_batch_size == 1
+    eff = efficiencies()
+    link = comm.intra_link(gpu, topo, eff)
+    one = comm.collective_time("all-reduce", 4096 * 8192 * 2, 8, 8, link, None)
+    exposed = 1 - eff.overlap["tensor_parallel"]
+    expected = st.grad_accum * 80 * reductions * one * exposed
+    assert conf.time.parts["tp comm exposed"] == pytest.approx(expected, rel=1e-6)
+
+
 @pytest.mark.parametrize(
     ("gpu_id", "cudnn"), [("H100-SXM", True), ("B200", True), ("A100-80GB", False), ("L40S", False)]
 )

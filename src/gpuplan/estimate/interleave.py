@@ -9,8 +9,10 @@ its first backward, each over ``layers / (pp vp)`` layers. Against plain 1F1B
 "Reducing Activation Recomputation in Large Transformer Models", MLSys 2023,
 Section 4.2.3). The warm-up is capped at the step's ``m vp`` chunk forwards:
 with ``m == pp`` micro-batches Megatron runs every forward before the first
-backward (``all_warmup_microbatches``), so the first stage holds ``m`` whole
-micro-batches, as plain 1F1B does, and interleaving costs no extra memory.
+backward (``all_warmup_microbatches`` in earlier releases; the current
+``get_pp_rank_microbatches``, read at Megatron-LM d98e8a64, reaches the same through its
+warm-up count ``(pp - rank - 1) 2 + (vp - 1) pp``, capped at ``m vp``), so the first stage
+holds ``m`` whole micro-batches, as plain 1F1B does, and interleaving costs no extra memory.
 The memory estimator models plain 1F1B; this adds the difference, so a
 search cannot take interleaving's smaller bubble for free.
 """

@@ -397,13 +397,15 @@ def estimate_time(
             )
     tp_total = 0.0
     if st.tp > 1 and shape.family != "cnn":
+        # Megatron's tensor-parallel layer reduces the hidden state twice in forward (after the
+        # row-parallel out-projection and MLP down) and twice in backward (the column-parallel
+        # QKV and MLP-up input gradients), ``megatron/core/tensor_parallel/mappings.py``; with
+        # sequence parallelism each is an all-gather plus a reduce-scatter of the same volume.
+        # A fully checkpointed layer runs its forward, and its two reductions, again.
         act = st.micro_batch_size * seq * shape.hidden * pb.act
-        per_layer = 4 * comm.collective_time(
-            "all-reduce", act, st.tp, min(st.tp, gpn), intra, inter
-        )
-        tp_total = (
-            m * layers_stage * per_layer * (2 if st.activation_checkpointing == "full" else 1.5)
-        )
+        per_pass = 2 * comm.collective_time("all-reduce", act, st.tp, min(st.tp, gpn), intra, inter)
+        passes = 3 if st.activation_checkpointing == "full" else 2
+        tp_total = m * layers_stage * per_pass * passes
     pp_total = 0.0
     if st.pp > 1 and shape.family != "cnn":
         act_pp = st.micro_batch_size * seq * shape.hidden * pb.act / st.tp
