@@ -357,9 +357,18 @@ def test_megatron_flags_for_tensor_and_pipeline_parallel(full: Plan, spec: JobSp
     assert flag(args, "--micro-batch-size") == str(st.micro_batch_size)
     assert flag(args, "--global-batch-size") == str(st.micro_batch_size * st.grad_accum * st.dp)
     assert flag(args, "--recompute-granularity") == "full"
+    # the estimate split the norm and dropout activations over tp: Megatron-LM needs the flag
+    assert st.sequence_parallel and "--sequence-parallel" in args
     pp = with_model_parallel(full, tp=1, pp=2)
     args = torchrun_args(export(pp, spec, "torchrun"))
     assert flag(args, "--pipeline-model-parallel-size") == str(pp.configuration.strategy.pp)
+    assert "--sequence-parallel" not in args
+    conf = o.configuration
+    off = dataclasses.replace(conf.strategy, sequence_parallel=False)
+    o_off = dataclasses.replace(
+        o, configuration=dataclasses.replace(conf, fit=dataclasses.replace(conf.fit, strategy=off))
+    )
+    assert "--sequence-parallel" not in torchrun_args(export(o_off, spec, "torchrun"))
 
 
 def test_megatron_interleaved_pipeline_flag(full: Plan, spec: JobSpec) -> None:

@@ -13,7 +13,9 @@ the strategy the planner chose; nothing is re-estimated.
   ``num_processes`` over all machines, ``fsdp_config.fsdp_sharding_strategy``,
   ``fsdp_activation_checkpointing``, ``fsdp_offload_params``).
 * Tensor or pipeline parallelism gives Megatron-LM flags
-  (``megatron/training/arguments.py``); with ZeRO, DeepSpeed's own
+  (``megatron/training/arguments.py``; ``--sequence-parallel`` where the estimate split the
+  norm and dropout activations over the tensor-parallel ranks, which Megatron-LM leaves off
+  by default); with ZeRO, DeepSpeed's own
   ``--deepspeed --deepspeed_config`` (``deepspeed.add_config_arguments``), as
   Megatron-DeepSpeed reads them.
 * Otherwise the flags are the transformers Trainer's
@@ -177,6 +179,8 @@ def _megatron_args(st: Strategy, prec: str) -> tuple[str, ...]:
         "--pipeline-model-parallel-size",
         str(st.pp),
     ]
+    if st.tp > 1 and st.sequence_parallel:  # the activations the estimate split over tp
+        args.append("--sequence-parallel")
     if st.pp > 1 and st.vp > 1:  # interleaved 1F1B: the bubble the estimate assumed
         args += ["--num-virtual-stages-per-pipeline-rank", str(st.vp)]
     if st.cp > 1:
