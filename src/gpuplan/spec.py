@@ -206,8 +206,9 @@ class ParallelismSpec(_Spec):
         "dropout masks, checkpointed layer inputs) are split over the tp ranks by sequence "
         "(Megatron's --sequence-parallel, on in NeMo's and Megatron-Bridge's recipes and "
         "torchtitan's TP plan) or kept whole on every rank (false: Megatron-LM's default, "
-        "Megatron before 2022, PyTorch TP plans without SequenceParallel). Memory only; the "
-        "layout search assumes true.",
+        "Megatron before 2022, PyTorch TP plans without SequenceParallel). Memory keeps them "
+        "whole and time repeats their norm and dropout work on every rank; the layout search "
+        "assumes true.",
     )
 
 
