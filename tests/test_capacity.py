@@ -140,38 +140,3 @@ def test_the_layout_search_prefers_a_batch_that_leaves_the_allocator_its_cache()
     )
     conf = configure(spec, gpu, 1, default_topology(gpu, 1))
     assert conf.fit.memory.fits and not conf.fit.memory.reserve_squeezed
-
-
-def test_interleaving_restates_the_squeezed_reserve() -> None:
-    """An interleaved schedule's extra activations squeeze the reserve further: the estimate
-    carries one reserve note, with the reserve it counts, not the 1F1B estimate's."""
-    import dataclasses
-
-    from gpuplan.estimate.interleave import with_interleaving
-    from gpuplan.estimate.memory import RESERVE_DETAIL, RESERVE_NOTE_PREFIX
-    from gpuplan.estimate.strategy import Strategy
-
-    gib = 2**30
-    base = fit(
-        parse_spec({"model": "gpt2", "seq_len": 1024, "micro_batch_size": 8}),
-        load_catalog(use_user=False).gpu("H100-SXM"),
-    ).memory
-    # a 1F1B estimate whose 3 GiB reserve was already squeezed to 2 GiB on a full device
-    mem = dataclasses.replace(
-        base,
-        peak_allocated_bytes=70 * gib,
-        peak_reserved_bytes=72 * gib,
-        device_used_bytes=73 * gib,
-        capacity_bytes=73 * gib,
-        safety_margin=0.0,
-        steady_reserve_bytes=3 * gib,
-        breakdown={"activations": 8 * gib},
-        assumptions=(*base.assumptions, f"{RESERVE_NOTE_PREFIX} (3.0 GiB) ... keeps 2.0 GiB"),
-    )
-    st = Strategy(sharding="none", tp=1, pp=4, dp=1, micro_batch_size=1, grad_accum=8, vp=2)
-    out = with_interleaving(mem, st)
-    notes = [a for a in out.assumptions if a.startswith(RESERVE_NOTE_PREFIX)]
-    assert len(notes) == 1
-    reserve = out.details[RESERVE_DETAIL]
-    assert reserve < 2 * gib
-    assert f"keeps {reserve / gib:.1f} GiB" in notes[0]

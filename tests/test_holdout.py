@@ -220,10 +220,21 @@ def test_outer_quantiles_keep_the_nominal_share_inside() -> None:
 
 
 def test_class_bounds_pool_small_classes() -> None:
-    residuals = [("lora", 0.01 * i) for i in range(10)] + [("qlora", 0.5)] * 3
+    residuals = [("lora", f"s{i % 2}", 0.01 * i) for i in range(10)] + [("qlora", "s", 0.5)] * 3
     table = holdout.class_bounds(residuals)
-    assert table["classes"]["qlora"] == {"pooled": True, "rows": 3}
+    assert table["classes"]["qlora"] == {"pooled": True, "rows": 3, "sources": 1}
     assert table["classes"]["lora"]["rows"] == 10
     lo, hi = holdout.band_of(table, "lora")
     assert lo == 0.0 and hi == pytest.approx(0.09)  # contains the point estimate (0)
     assert holdout.band_of(table, "qlora") == holdout.band_of(table, "no-such-class") != (lo, hi)
+
+
+def test_class_bounds_pool_a_class_of_one_source() -> None:
+    """Enough rows, all from one source: that source's spread is no interval for another."""
+    residuals = [("tp-pp", "one", 0.001 * i) for i in range(8)] + [
+        ("lora", f"s{i % 3}", 0.05 * i) for i in range(12)
+    ]
+    table = holdout.class_bounds(residuals)
+    assert table["classes"]["tp-pp"] == {"pooled": True, "rows": 8, "sources": 1}
+    assert table["classes"]["lora"]["sources"] == 3
+    assert holdout.band_of(table, "tp-pp") == holdout.band_of(table, "no-such-class")

@@ -19,9 +19,9 @@ from gpuplan.catalog.loader import load_catalog
 from gpuplan.errors import InfeasibleError
 from gpuplan.estimate.configure import configure, default_topology, search_space
 from gpuplan.estimate.fit import explicit_strategy, memory_job, model_shape
-from gpuplan.estimate.interleave import interleave_factor, scheduled_memory, with_interleaving
 from gpuplan.estimate.layout_search import layout_groups, search
 from gpuplan.estimate.memory import estimate_memory
+from gpuplan.estimate.pipeline import in_flight
 from gpuplan.estimate.strategy import (
     pipeline_micro_batches_ok,
     pipeline_splits,
@@ -261,27 +261,25 @@ def test_interleaving_pays_its_warm_up_activations(cat) -> None:  # type: ignore
     job = memory_job(spec, shape)
     gpu = cat.gpu("H100-SXM")
     plain = explicit_strategy(_pinned(spec, "zero1", 8, 4), 64, shape)
-    assert interleave_factor(plain) == 0.0
+    assert in_flight(plain, "first") == 4  # 1F1B: pp micro-batches on the first stage
     inter = dataclasses.replace(plain, vp=5)
-    assert interleave_factor(inter) == pytest.approx(3 / 20)
+    # 2 (pp-1) + (vp-1) pp warm-up chunks and one more: 23 chunks of 5 per micro-batch
+    assert in_flight(inter, "first") == pytest.approx(4 * (1 + 3 / 20))
     base = estimate_memory(shape, job, plain, gpu)
-    more = with_interleaving(base, inter)
-    extra = base.breakdown["activations"] * 3 / 20
-    assert more.device_used_bytes == pytest.approx(base.device_used_bytes + extra)
+    more = estimate_memory(shape, job, inter, gpu)
+    assert base.pipeline_stage == more.pipeline_stage == "first"
+    # the first stage's layers keep 3/20 more; its parameters and the rest do not change
+    assert more.breakdown["activations"] > base.breakdown["activations"] * 1.1
+    assert more.breakdown["weights"] == pytest.approx(base.breakdown["weights"])
     assert sum(more.breakdown.values()) == pytest.approx(more.device_used_bytes)
-    assert any("interleaved" in a for a in more.assumptions)
-    # what fit and validate's refusals use: the same estimate from the interleaved layout itself
-    assert scheduled_memory(shape, job, inter, gpu).device_used_bytes == pytest.approx(
-        more.device_used_bytes
-    )
-    assert scheduled_memory(shape, job, plain, gpu).device_used_bytes == base.device_used_bytes
+    assert any("interleaved 1F1B" in a for a in more.assumptions)
 
 
 def test_interleaving_with_as_many_micro_batches_as_stages_keeps_what_1f1b_keeps() -> None:
-    """Megatron-core's interleaved schedule runs every forward before the first backward when
-    the step has ``pp`` micro-batches (``all_warmup_microbatches``): the first stage then holds
-    ``m`` micro-batches of all its chunks, 1F1B's count, not 1 + (pp-1)/(pp vp) of it. Between
-    ``pp`` and ``2 pp`` micro-batches the warm-up is capped at the step's ``m vp`` chunks."""
+    """Megatron-core's interleaved schedule caps the warm-up at the step's ``m vp`` chunk
+    forwards (``get_pp_rank_microbatches``): with ``pp`` micro-batches the first stage runs
+    every forward before its first backward and holds ``m`` micro-batches, 1F1B's count, not
+    1 + (pp-1)/(pp vp) of it. The last stage warms up ``(vp - 1) pp`` chunks."""
     from gpuplan.estimate.strategy import Strategy
 
     def st(ga: int, vp: int = 8, pp: int = 16) -> Strategy:
@@ -289,17 +287,19 @@ def test_interleaving_with_as_many_micro_batches_as_stages_keeps_what_1f1b_keeps
             sharding="zero1", tp=8, pp=pp, dp=4, micro_batch_size=1, grad_accum=ga, vp=vp
         )
 
-    assert interleave_factor(st(16)) == 0.0  # 128 chunk forwards, all held, = 16 x 8
-    assert interleave_factor(st(32)) == pytest.approx(15 / 128)  # 2 (pp-1) + (vp-1) pp + 1 = 143
-    assert interleave_factor(st(48)) == pytest.approx(15 / 128)
+    assert in_flight(st(16), "first") == 16  # 128 chunk forwards, all held, = 16 x 8
+    assert in_flight(st(32), "first") == pytest.approx(143 / 8)  # 2 (pp-1) + (vp-1) pp + 1
+    assert in_flight(st(48), "first") == pytest.approx(143 / 8)
+    assert in_flight(st(16), "last") == pytest.approx(113 / 8)  # (vp-1) pp + 1
+    assert in_flight(st(16, vp=1), "last") == 1  # plain 1F1B: no warm-up on the last stage
     # pp 4, vp 4: the warm-up is 2*3 + 3*4 = 18 chunks, one more in flight, 19 of 16 1F1B chunks;
     # with 4 micro-batches only 16 chunk forwards exist
-    assert interleave_factor(st(4, vp=4, pp=4)) == 0.0
-    assert interleave_factor(st(8, vp=4, pp=4)) == pytest.approx(3 / 16)
-    assert interleave_factor(st(5, vp=4, pp=4)) == pytest.approx(3 / 16)  # 20 chunks > 19
+    assert in_flight(st(4, vp=4, pp=4), "first") == 4
+    assert in_flight(st(8, vp=4, pp=4), "first") == pytest.approx(19 / 4)
+    assert in_flight(st(5, vp=4, pp=4), "first") == pytest.approx(19 / 4)  # 20 chunks > 19
 
 
-def test_interleaving_with_all_forwards_first_says_so(cat) -> None:  # type: ignore[no-untyped-def]
+def test_interleaving_with_all_forwards_first_keeps_the_first_stage(cat) -> None:  # type: ignore[no-untyped-def]
     spec = _spec("llama-3-70b", global_batch_size=64, seq_len=4096, micro_batch_size=4)
     shape = model_shape(spec.model)
     job = memory_job(spec, shape)
@@ -307,10 +307,11 @@ def test_interleaving_with_all_forwards_first_says_so(cat) -> None:  # type: ign
     plain = explicit_strategy(_pinned(spec, "zero1", 8, 4), 128, shape)
     assert plain.grad_accum == plain.pp == 4  # 64 sequences over dp 4 at micro-batch 4
     inter = dataclasses.replace(plain, vp=5)
-    base = estimate_memory(shape, job, plain, gpu)
-    out = scheduled_memory(shape, job, inter, gpu)
-    assert out.device_used_bytes == base.device_used_bytes
-    assert any("every forward before the first backward" in a for a in out.assumptions)
+    base = {p.stage: p for p in estimate_memory(shape, job, plain, gpu).pipeline_stages}
+    out = {p.stage: p for p in estimate_memory(shape, job, inter, gpu).pipeline_stages}
+    assert out["first"].device_used_bytes == pytest.approx(base["first"].device_used_bytes)
+    # the last stage warms up (vp - 1) pp chunks where plain 1F1B warms up none
+    assert out["last"].device_used_bytes > base["last"].device_used_bytes
 
 
 def test_refused_rows_count_the_interleaved_warm_up(tmp_path: Path) -> None:
@@ -345,7 +346,9 @@ def test_refused_rows_count_the_interleaved_warm_up(tmp_path: Path) -> None:
     )
     shape = model_shape(spec.model)
     st = explicit_strategy(spec, 8, shape)
-    plain = estimate_memory(shape, memory_job(spec, shape), st, cat.gpu("H100-SXM"))
+    plain = estimate_memory(
+        shape, memory_job(spec, shape), dataclasses.replace(st, vp=1), cat.gpu("H100-SXM")
+    )
     assert got.strategy == st.label()
     assert got.device_used_bytes > plain.device_used_bytes
 

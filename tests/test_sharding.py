@@ -315,19 +315,26 @@ def test_nemo_param_remainders_keep_two_bytes_of_each_main_parameter() -> None:
 def test_pipeline_checkpointing_rebuilds_one_layer_not_one_per_micro_batch(a100: GpuSpec) -> None:
     """Under a pipeline schedule each in-flight micro-batch keeps its checkpoints, and the one
     layer a checkpointed backward rebuilds exists once (one backward runs at a time): another
-    micro-batch in flight adds its checkpoints only."""
+    micro-batch in flight adds its checkpoints only. (The first stage's: it holds the
+    micro-batches in flight; the last holds one.)"""
+    from gpuplan.estimate.fit import explicit_strategy, memory_job
 
     def saved(ckpt: str, global_batch: int) -> float:
-        spec = {
-            "model": "llama-3-8b",
-            "seq_len": 4096,
-            "precision": "bf16-mixed",
-            "framework": "megatron",
-            "activation_checkpointing": ckpt,
-            "global_batch_size": global_batch,
-            "parallelism": {"sharding": "zero1", "tp": 1, "pp": 4},
-        }
-        return fit(parse_spec(spec), a100, 8).memory.details["activations: saved for backward"]
+        spec = parse_spec(
+            {
+                "model": "llama-3-8b",
+                "seq_len": 4096,
+                "precision": "bf16-mixed",
+                "framework": "megatron",
+                "activation_checkpointing": ckpt,
+                "global_batch_size": global_batch,
+                "parallelism": {"sharding": "zero1", "tp": 1, "pp": 4},
+            }
+        )
+        shape = model_shape(spec.model)
+        st = explicit_strategy(spec, 8, shape)
+        first = memory.model_bytes(shape, memory_job(spec, shape), st, None, "first")
+        return first.activations.saved
 
     # 8 GPUs at pp 4: dp 2, so global batch 2 is one micro-batch in flight and 4 is two
     one_layer = (saved("none", 4) - saved("none", 2)) / 8  # 8 layers a stage

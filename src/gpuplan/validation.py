@@ -492,7 +492,7 @@ def refused_rows(table: Path) -> list[Refusal]:
     Each ran as published, so every one is a false "does not fit": the planner would have
     sent the user to a dearer configuration.
     """
-    from gpuplan.estimate.interleave import scheduled_memory
+    from gpuplan.estimate.memory import estimate_memory
 
     root = table.resolve().parent.parent
     out = []
@@ -507,8 +507,8 @@ def refused_rows(table: Path) -> list[Refusal]:
         if explicit is None:
             continue
         shape, job, st = explicit
-        # as `fit` sees the layout: an interleaved schedule keeps its warm-up's extra chunks
-        mem = scheduled_memory(shape, job, st, gpu, image_size=spec.image_size)
+        # as `fit` sees the layout: the pipeline stage that peaks higher
+        mem = estimate_memory(shape, job, st, gpu, image_size=spec.image_size)
         if not mem.fits:
             out.append(
                 Refusal(

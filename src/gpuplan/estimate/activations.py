@@ -131,6 +131,9 @@ class Item:
     attention_core: bool = False
     """Kept by the attention kernel itself (q, k, v, its output and statistics, or eager
     attention's scores): what Megatron's selective recomputation drops and recomputes."""
+    first_stage: bool = False
+    """Kept by the embedding, so by the first pipeline stage, once per micro-batch in flight
+    there; the other head items (final norm, LM head, loss) are the last stage's."""
 
 
 def per_tp_rank(items: Iterable[Item], tp: int, sequence_parallel: bool) -> float:
@@ -448,7 +451,14 @@ def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
     h, a = shape.hidden, num.act_bytes
     items: list[Item] = []
     if shape.hidden_dropout > 0:
-        items.append(Item(name="embedding dropout mask", bytes_per_token=h, tp_replicated=True))
+        items.append(
+            Item(
+                name="embedding dropout mask",
+                bytes_per_token=h,
+                tp_replicated=True,
+                first_stage=True,
+            )
+        )
     items += _norm(shape, num, tr, "final")
     if shape.family == "decoder":
         if tr.full:

@@ -5,8 +5,8 @@ An estimate's interval comes from the leave-one-source-out residuals
 same job class: its 10th and 90th percentiles scale the point estimate. The numbers
 live in ``bounds.yaml`` beside this module, written by ``scripts/fit_bounds.py``
 (re-run it after changing a model or a table; ``--check`` in CI fails when it is out of
-date); a class with too few rows uses the pooled residuals of its table, as the file
-states. Every interval contains its point estimate.
+date); a class with too few rows, or rows from a single source, uses the pooled residuals
+of its table, as the file states. Every interval contains its point estimate.
 
 The memory verdict compares against capacity: ``fits`` when the upper bound of the
 device-used memory fits, ``tight`` when the point estimate fits and the upper bound does
@@ -55,7 +55,8 @@ class ClassBounds:
     hi: float
     rows: int
     pooled: bool
-    """True when the class had too few rows and the table's pooled residuals are used."""
+    """True when the class had too few rows (or sources) and the table's pooled residuals are
+    used."""
 
     def around(self, value: float) -> list[float]:
         """``[lo, hi]`` of a quantity that scales with the estimate (bytes, seconds)."""
@@ -68,7 +69,7 @@ class ClassBounds:
     def describe(self) -> str:
         """One line for the estimate's assumptions."""
         basis = (
-            f"pooled over all {self.rows} rows ({self.job_class} has too few)"
+            f"pooled over all {self.rows} rows ({self.job_class} has too few rows or sources)"
             if self.pooled
             else f"{self.rows} {self.job_class} rows"
         )
@@ -86,7 +87,8 @@ def _load() -> dict[str, Any]:
 
 
 def bounds_for(kind: Kind, cls: str) -> ClassBounds:
-    """The bounds of job class ``cls`` for memory or time (pooled where it has too few rows)."""
+    """The bounds of job class ``cls`` for memory or time (pooled where it has too few rows or
+    sources)."""
     table = _load()[kind]
     entry = table["classes"].get(cls) or {"rows": 0, "pooled": True}
     pooled = bool(entry.get("pooled", False))

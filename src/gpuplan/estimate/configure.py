@@ -27,7 +27,6 @@ from gpuplan.estimate.fit import (
     strategy_class,
 )
 from gpuplan.estimate.frameworks import FRAMEWORKS
-from gpuplan.estimate.interleave import with_interleaving
 from gpuplan.estimate.layout_search import (
     SearchSpace,
     checkpointing_modes,
@@ -173,18 +172,15 @@ def configure(
     def memory_of(st: Strategy) -> MemoryEstimate:
         mem = cache.get(st)
         if mem is None:
-            if st.vp > 1:  # interleaving: the plain layout's estimate plus its warm-up
-                mem = with_interleaving(memory_of(dataclasses.replace(st, vp=1)), st)
-            else:
-                mem = estimate_memory(
-                    shape,
-                    job,
-                    st,
-                    gpu,
-                    capacity_bytes=capacity,
-                    safety_margin=margin,
-                    image_size=spec.image_size,
-                )
+            mem = estimate_memory(
+                shape,
+                job,
+                st,
+                gpu,
+                capacity_bytes=capacity,
+                safety_margin=margin,
+                image_size=spec.image_size,
+            )
             cache[st] = mem
         return mem
 

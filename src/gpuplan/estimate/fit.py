@@ -14,12 +14,12 @@ from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
 from gpuplan.estimate import bounds as bnd
 from gpuplan.estimate.frameworks import DS_COALESCED_GATHERS, FRAMEWORKS
-from gpuplan.estimate.interleave import scheduled_memory
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
     DEFAULT_SAFETY_MARGIN,
     MemoryEstimate,
     MemoryJob,
+    estimate_memory,
 )
 from gpuplan.estimate.shape import Shape, shape_of
 from gpuplan.estimate.sharding import MegatronOptions, check_sharding
@@ -352,6 +352,16 @@ class FitResult:
             "job_class": self.job_class,
             "bounds_basis": self.memory_bounds.describe(),
             "capacity_basis": m.capacity_basis,
+            "pipeline_stage": m.pipeline_stage,
+            "pipeline_stages": {
+                p.stage: {
+                    "peak_allocated_bytes": round(p.peak_allocated_bytes),
+                    "peak_reserved_bytes": round(p.peak_reserved_bytes),
+                    "device_used_bytes": round(p.device_used_bytes),
+                }
+                for p in m.pipeline_stages
+            }
+            or None,
         }
 
 
@@ -364,7 +374,7 @@ def _estimate(
     margin: float,
     image_size: int | None,
 ) -> MemoryEstimate:
-    return scheduled_memory(
+    return estimate_memory(
         shape,
         job,
         st,

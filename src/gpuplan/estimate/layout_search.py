@@ -19,8 +19,8 @@ Two bounds keep it fast (a plan over thousands of GPUs in well under a second):
 * **memory, before timing**: the smallest micro-batch of a layout is estimated
   first (memory grows with the micro-batch); a layout that does not fit even then
   is never timed. The largest micro-batch that fits is found by bisection.
-  Estimates are cached per layout and micro-batch; interleaving reuses the plain
-  layout's estimate plus its warm-up surcharge (:mod:`gpuplan.estimate.interleave`).
+  Estimates are cached per layout and micro-batch (an interleaved layout's own
+  warm-up counts, per pipeline stage: :mod:`gpuplan.estimate.pipeline`).
 
 Without stages the largest micro-batch that fits is the fastest; with stages a
 smaller one shortens the bubble, so every micro-batch that fits is a candidate,

@@ -15,9 +15,12 @@ Peak = params + optimizer state + max(gradients + optimizer intermediates,
 activations), as the PyTorch memory-visualisation guide observes
 (huggingface/blog#2560). What each engine keeps per parameter under each
 sharding value is :mod:`gpuplan.estimate.sharding`; tensor parallelism (with
-sequence parallelism) divides weights and activations; the first pipeline
-stage keeps ``min(pp, micro-batches)`` micro-batches in flight (1F1B), each with its
-checkpoints, and under activation checkpointing one layer rebuilt for backward. Totals
+sequence parallelism) divides weights and activations. With pipeline parallelism the
+first and the last stage are sized apart (:mod:`gpuplan.estimate.pipeline`): the first keeps
+the embedding and the most micro-batches in flight (Megatron-core's 1F1B warm-up, interleaved
+or not), the last the LM head, the loss and fewer micro-batches; the larger is the estimate.
+Each in-flight micro-batch keeps its checkpoints, and under activation checkpointing one layer
+is rebuilt for backward. Totals
 are reported three ways, as measurements are: ``peak_allocated_bytes``
 (``torch.cuda.max_memory_allocated``), ``peak_reserved_bytes`` (caching
 allocator) and ``device_used_bytes`` (nvidia-smi: reserved + CUDA context +
@@ -36,6 +39,7 @@ import math
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import overheads as ovh
+from gpuplan.estimate import pipeline
 from gpuplan.estimate.activations import (
     Item,
     Numerics,
@@ -58,6 +62,7 @@ from gpuplan.estimate.numerics import (
     optimizer_state_bytes,
     optimizer_temp_bytes,
 )
+from gpuplan.estimate.pipeline import PIPELINE_STAGES, PipelineStage
 from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.sharding import MegatronOptions, StateLayout, state_layout
 from gpuplan.estimate.strategy import Strategy
@@ -124,6 +129,16 @@ class MemoryJob:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StagePeak:
+    """One pipeline stage's peak, measured the three ways of :class:`MemoryEstimate`."""
+
+    stage: PipelineStage
+    peak_allocated_bytes: float
+    peak_reserved_bytes: float
+    device_used_bytes: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryEstimate:
     """Per-GPU memory of one training step, with its breakdown and assumptions.
 
@@ -153,6 +168,10 @@ class MemoryEstimate:
     """Of ``device_used_bytes``, what the driver pages out to the host when the rest needs the
     room (a paged optimizer's resident state): it never decides ``fits``, the verdict or the
     headroom."""
+    pipeline_stage: PipelineStage | None = None
+    """With pipeline parallelism, the stage this estimate is of: the one that peaks higher."""
+    pipeline_stages: tuple[StagePeak, ...] = ()
+    """With pipeline parallelism, the first and the last stage's own peaks."""
 
     @property
     def reserve_squeezed(self) -> bool:
@@ -163,7 +182,7 @@ class MemoryEstimate:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class StageParams:
-    """Parameters one rank holds: the worst pipeline stage, per tensor-parallel rank."""
+    """Parameters one rank holds: its pipeline stage, per tensor-parallel rank."""
 
     layer: float
     other: float
@@ -240,14 +259,23 @@ class RuntimeBytes:
     nccl: float
 
 
-def stage_params(shape: Shape, st: Strategy) -> StageParams:
-    """The parameters the worst pipeline stage holds, per TP rank."""
+def stage_params(shape: Shape, st: Strategy, stage: PipelineStage = "first") -> StageParams:
+    """The parameters a pipeline stage holds, per TP rank.
+
+    The first stage has the embeddings, the last the final norm and the LM head; with tied
+    embeddings the last keeps its own copy of the word embeddings as the output weight
+    (Megatron's ``share_embeddings_and_output_weights``: the copy's gradient is all-reduced
+    with the first stage's). Both hold ``ceil(layers / pp)`` layers.
+    """
     layers = math.ceil(shape.layers / st.pp)
     head = 0 if shape.tied_embeddings else shape.params_head
     if st.pp == 1:
         other = shape.params_embedding + head + shape.params_final_norm
+    elif stage == "first":
+        other = shape.params_embedding
     else:
-        other = max(shape.params_embedding, head + shape.params_final_norm)
+        copy = shape.vocab * shape.hidden if shape.tied_embeddings else head
+        other = copy + shape.params_final_norm
     return StageParams(
         layer=layers * shape.params_per_layer / st.tp, other=other / st.tp, layers=layers
     )
@@ -556,10 +584,47 @@ def previous_step_inputs(shape: Shape, st: Strategy, act_bytes: int, head: bool)
     return per_token * act_bytes
 
 
-def _transformer_activations(
-    shape: Shape, job: MemoryJob, st: Strategy, tr: Trainable, act_bytes: int, autocast: bool
-) -> tuple[float, float, list[Item]]:
-    """(saved activation bytes, backward transient bytes, per-layer items) on the worst stage."""
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _ActivationProfile:
+    """Bytes per token of one micro-batch on one rank, before the pipeline schedule decides how
+    many micro-batches each stage holds (what does not depend on the stage, dp or vp)."""
+
+    tokens: int
+    per_micro_batch: float
+    """The stage's layers (their checkpoints, under activation checkpointing)."""
+    rebuilt: float
+    """The one layer a checkpointed backward rebuilds (exists once, whatever is in flight)."""
+    previous_step: float
+    embedding: float
+    """The first stage's head items (the embedding's), per micro-batch in flight."""
+    output: float
+    """The last stage's head items (final norm, LM head, loss) for one micro-batch."""
+    transient: float
+    """Loss and logits gradients at the start of the last stage's backward."""
+    items: tuple[Item, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def _activation_profile(
+    shape: Shape,
+    job: MemoryJob,
+    tr: Trainable,
+    act_bytes: int,
+    autocast: bool,
+    layout: tuple[int, bool, int, int, int, str],
+) -> _ActivationProfile:
+    """Per-token activations of a layout ``(tp, sequence_parallel, pp, cp, micro_batch_size,
+    activation_checkpointing)``: what decides them, while dp, grad_accum and vp only decide how
+    many micro-batches are in flight (a plan's many variants of a layout share this)."""
+    tp, sequence_parallel, pp, cp, micro_batch_size, checkpointing = layout
+    st = Strategy(
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        pp=pp,
+        cp=cp,
+        micro_batch_size=micro_batch_size,
+        activation_checkpointing=checkpointing,
+    )
     fw = FRAMEWORKS[job.framework]
     chunks = job.loss_chunks or fw.loss_chunks
     num = Numerics(
@@ -595,7 +660,7 @@ def _transformer_activations(
     # layer at the peak (TE 2.10's ``DefaultOffloadSynchronizer`` starts that reload a layer
     # later, after the last layer's activations are freed)
     layers = max(0, layers - off) + min(1, off) if off else layers
-    items = list(layer_items_cached(shape, num, tr, seq, job.fused_attention))
+    items = tuple(layer_items_cached(shape, num, tr, seq, job.fused_attention))
     per_layer = per_tp_rank(items, st.tp, st.sequence_parallel)
     # ``act_tok``: what each in-flight micro-batch keeps; ``recomputed_tok``: the one layer a
     # checkpointed backward rebuilds. Pipeline schedules run one micro-batch's backward at a
@@ -613,13 +678,54 @@ def _transformer_activations(
         act_tok, recomputed_tok = layers * (per_layer - core), core
     else:
         act_tok = layers * per_layer
-    in_flight = min(st.pp, st.grad_accum) if st.pp > 1 else 1
-    saved = (act_tok * in_flight + recomputed_tok) * tokens
+    previous = 0.0
     if job.bnb_keeps_inputs and fw.keeps_previous_graph:
-        saved += previous_step_inputs(shape, st, act_bytes, fw.qlora_quantizes_head) * tokens
-    saved += per_tp_rank(head_items_cached(shape, num, tr), st.tp, st.sequence_parallel) * tokens
-    transient = backward_transient_per_token(shape, num) / st.tp * tokens
-    return saved, transient, items
+        previous = previous_step_inputs(shape, st, act_bytes, fw.qlora_quantizes_head)
+    heads = head_items_cached(shape, num, tr)
+    return _ActivationProfile(
+        tokens=tokens,
+        per_micro_batch=act_tok,
+        rebuilt=recomputed_tok,
+        previous_step=previous,
+        embedding=per_tp_rank([i for i in heads if i.first_stage], st.tp, st.sequence_parallel),
+        output=per_tp_rank([i for i in heads if not i.first_stage], st.tp, st.sequence_parallel),
+        transient=backward_transient_per_token(shape, num) / st.tp,
+        items=items,
+    )
+
+
+def _transformer_activations(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    tr: Trainable,
+    act_bytes: int,
+    autocast: bool,
+    stage: PipelineStage = "first",
+) -> tuple[float, float, list[Item]]:
+    """(saved activation bytes, backward transient bytes, per-layer items) on ``stage``."""
+    layout = (
+        st.tp,
+        st.sequence_parallel,
+        st.pp,
+        st.cp,
+        st.micro_batch_size,
+        st.activation_checkpointing,
+    )
+    prof = _activation_profile(shape, job, tr, act_bytes, autocast, layout)
+    in_flight = pipeline.in_flight(st, stage)
+    saved = prof.per_micro_batch * in_flight + prof.rebuilt + prof.previous_step
+    # the embedding's items are the first stage's, once per micro-batch in flight there; the
+    # final norm, LM head and loss are the last stage's, for the one micro-batch whose loss
+    # is computed before its backward
+    has_first = st.pp == 1 or stage == "first"
+    has_last = st.pp == 1 or stage == "last"
+    if has_first:
+        saved += prof.embedding * in_flight
+    if has_last:
+        saved += prof.output
+    transient = prof.transient * prof.tokens if has_last else 0.0
+    return saved * prof.tokens, transient, list(prof.items)
 
 
 def _cnn_activations(shape: Shape, st: Strategy, act_bytes: int, image_size: int | None) -> float:
@@ -648,14 +754,15 @@ def activation_bytes(
     tr: Trained,
     image_size: int | None,
     assumptions: list[str],
+    stage: PipelineStage = "first",
 ) -> ActivationBytes:
-    """Step 3: activations saved for backward and the loss gradients."""
+    """Step 3: activations saved for backward and the loss gradients (on ``stage``)."""
     pb = PRECISIONS[job.precision]
     if shape.family == "cnn":
         saved = _cnn_activations(shape, st, pb.act, image_size)
         return ActivationBytes(saved=saved, transient=0.0, items=())
     saved, transient, items = _transformer_activations(
-        shape, job, st, tr.trainable, pb.act, pb.autocast and lay.autocast
+        shape, job, st, tr.trainable, pb.act, pb.autocast and lay.autocast, stage
     )
     if job.bnb_keeps_inputs and FRAMEWORKS[job.framework].keeps_previous_graph:
         assumptions.append(
@@ -754,21 +861,40 @@ class ModelBytes:
 
 
 @functools.lru_cache(maxsize=8192)
-def model_bytes(
-    shape: Shape, job: MemoryJob, st: Strategy, image_size: int | None = None
-) -> ModelBytes:
-    """Weights, gradients and optimizer state, and activations of ``shape`` under ``st``.
-
-    None of it depends on the GPU (only the runtime overheads and the capacity do), so a plan
-    over many offerings computes it once per layout: the function is pure and cached.
-    """
+def _state_bytes(
+    shape: Shape, job: MemoryJob, st: Strategy, pipeline_stage: PipelineStage
+) -> tuple[StateLayout, Trained, WeightBytes, TrainingStateBytes, tuple[str, ...]]:
+    """Steps 1-2 of :func:`model_bytes`: the stage's parameters, gradients and optimizer state."""
     assumptions: list[str] = []
-    stage = stage_params(shape, st)
+    stage = stage_params(shape, st, pipeline_stage)
     lay = layout_for(job, st)
     tr = trained(shape, job, st, stage, lay)
     w = weight_bytes(shape, job, st, stage, lay, tr, assumptions)
     ts = training_state_bytes(shape, job, st, stage, lay, tr, assumptions)
-    act = activation_bytes(shape, job, st, lay, tr, image_size, assumptions)
+    return lay, tr, w, ts, tuple(assumptions)
+
+
+@functools.lru_cache(maxsize=8192)
+def model_bytes(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    image_size: int | None = None,
+    pipeline_stage: PipelineStage = "first",
+) -> ModelBytes:
+    """Weights, gradients and optimizer state, and activations of ``shape`` under ``st``, on
+    one pipeline stage (``pipeline_stage`` matters only when ``st.pp`` > 1).
+
+    None of it depends on the GPU (only the runtime overheads and the capacity do), so a plan
+    over many offerings computes it once per layout: the function is pure and cached.
+    """
+    # the parameters and their state do not depend on the interleaving depth: its variants of a
+    # layout share them
+    lay, tr, w, ts, notes = _state_bytes(
+        shape, job, dataclasses.replace(st, vp=1) if st.vp > 1 else st, pipeline_stage
+    )
+    assumptions = list(notes)
+    act = activation_bytes(shape, job, st, lay, tr, image_size, assumptions, pipeline_stage)
     return ModelBytes(
         layout=lay,
         trained=tr,
@@ -817,6 +943,8 @@ def clear_caches() -> None:
     patch a step, and for benchmarks that time a cold estimate)."""
     model_bytes.cache_clear()
     _estimate.cache_clear()
+    _activation_profile.cache_clear()
+    _state_bytes.cache_clear()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -831,7 +959,45 @@ def _estimate(
     image_size: int | None,
     reserve_fraction: float,
 ) -> MemoryEstimate:
-    mb = model_bytes(shape, job, st, image_size)
+    args = (shape, job, st, cublas, cap, cap_basis, safety_margin, image_size, reserve_fraction)
+    if st.pp <= 1 or shape.family == "cnn":
+        return _stage_estimate(*args, "first")
+    first, last = (_stage_estimate(*args, s) for s in PIPELINE_STAGES)
+    peaks = tuple(
+        StagePeak(
+            stage=m.pipeline_stage or "first",
+            peak_allocated_bytes=m.peak_allocated_bytes,
+            peak_reserved_bytes=m.peak_reserved_bytes,
+            device_used_bytes=m.device_used_bytes,
+        )
+        for m in (first, last)
+    )
+    worst, other = (
+        (last, first) if last.device_used_bytes > first.device_used_bytes else (first, last)
+    )
+    note = (
+        f"pipeline: the {worst.pipeline_stage} stage peaks higher "
+        f"({worst.device_used_bytes / 2**30:.1f} GiB device used) than the "
+        f"{other.pipeline_stage} ({other.device_used_bytes / 2**30:.1f} GiB): the first holds "
+        "the embedding and the most micro-batches in flight, the last the LM head and the loss; "
+        + pipeline.describe(st)
+    )
+    return dataclasses.replace(worst, pipeline_stages=peaks, assumptions=(*worst.assumptions, note))
+
+
+def _stage_estimate(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    cublas: float,
+    cap: float,
+    cap_basis: str,
+    safety_margin: float,
+    image_size: int | None,
+    reserve_fraction: float,
+    pipeline_stage: PipelineStage,
+) -> MemoryEstimate:
+    mb = model_bytes(shape, job, st, image_size, pipeline_stage)
     w, ts, act, lay, tr = mb.weights, mb.training_state, mb.activations, mb.layout, mb.trained
     assumptions = list(mb.assumptions)
 
@@ -930,6 +1096,7 @@ def _estimate(
         capacity_basis=cap_basis,
         steady_reserve_bytes=rt.reserve,
         evictable_bytes=resident,
+        pipeline_stage=pipeline_stage if st.pp > 1 and shape.family != "cnn" else None,
     )
 
 
