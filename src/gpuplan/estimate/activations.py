@@ -303,6 +303,15 @@ def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool
             )
             if num.autocast or num.fp16:
                 sm_bytes = FP32 + a
+        if shape.attention_softcapping:
+            # Gemma 2's cap: tanh keeps its output for backward; the softmax runs in fp32
+            # (``softmax(dtype=float32)``) and its cast back to the activation dtype is what
+            # the product with V keeps (LitGPT ``scaled_dot_product_attention``, transformers'
+            # eager ``Gemma2Attention``)
+            items.append(
+                Item(name="attn soft-cap tanh output (s^2)", bytes_per_token=a * per_token_sq)
+            )
+            sm_bytes = FP32 + a
         items.append(
             Item(name="attn softmax output (s^2)", bytes_per_token=sm_bytes * per_token_sq)
         )
@@ -464,6 +473,10 @@ def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
         if tr.full:
             items.append(Item(name="lm_head input", bytes_per_token=a * h, tp_replicated=True))
         v = shape.vocab
+        if shape.final_softcapping:
+            # Gemma 2's capped logits, cap * tanh(logits / cap): tanh keeps its output
+            # (transformers' Gemma2ForCausalLM; LitGPT's GPT.forward, per lm_head chunk)
+            items.append(Item(name="logits soft-cap tanh output", bytes_per_token=a * v))
         if num.te_cross_entropy:
             items.append(
                 Item(name="logits holding their gradient (TE loss)", bytes_per_token=a * v)

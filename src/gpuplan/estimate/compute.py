@@ -46,6 +46,13 @@ probabilities' gradient (1), the fused softmax backward reads two and writes (3)
 read it (2). Megatron-LM megatron/model/transformer.py ``ParallelAttention.forward`` and
 megatron/model/fused_softmax.py at 6985e589 (2021), megatron/core/transformer/
 dot_product_attention.py and megatron/core/fusions/fused_softmax.py today."""
+SOFTCAP_PASSES = 13
+"""Soft-capped scores (Gemma 2: ``cap * tanh(scores / cap)`` before the mask) add, per score
+element and step: forward the division, tanh and multiplication each read and write (6);
+backward the multiplication's and the division's gradients each read and write (4) and
+tanh's reads its output and the gradient and writes (3). LitGPT's
+``scaled_dot_product_attention`` and transformers' eager ``Gemma2Attention`` run them as
+separate ops."""
 EAGER_DROPOUT_PASSES = 4
 """Attention dropout: forward reads and writes (2), backward reads and writes (2), plus its
 1-byte mask written and read."""

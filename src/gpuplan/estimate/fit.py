@@ -38,13 +38,23 @@ def model_shape(model_ref: str) -> Shape:
 
 
 def spec_shape(spec: JobSpec) -> Shape:
-    """The model's shape at the spec's input: a ViT's token count follows ``image_size``.
+    """The model's shape at the spec's input: a ViT's token count follows ``image_size``, and
+    an engine that unties the word embeddings (:attr:`Framework.unties_embeddings`) holds a
+    separate LM head.
 
     A ViT cuts the image into patches: ``(image_size / patch) ** 2`` tokens plus the class
     token, so fine-tuning at 384 pixels costs 577 tokens a sample where the 224-pixel preset
     has 197 (transformers' ``ViTEmbeddings`` with ``interpolate_pos_encoding``).
     """
     shape = model_shape(spec.model)
+    if shape.tied_embeddings and FRAMEWORKS[spec.framework].unties_embeddings:
+        head = shape.vocab * shape.hidden
+        shape = dataclasses.replace(
+            shape,
+            tied_embeddings=False,
+            params_head=shape.params_head + head,
+            params_total=shape.params_total + head,
+        )
     if (
         shape.family != "vit"
         or spec.image_size is None
@@ -126,6 +136,13 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         raise SpecError(
             "precision: qlora computes in 16 bits; use bf16-mixed, bf16-true, fp16-mixed or fp16-true"
         )
+    # soft-capped attention scores (Gemma 2): no SDPA kernel caps them, so an engine that
+    # honours the cap runs the attention eagerly unless the spec names a kernel
+    softcap_eager = (
+        spec.attention == "auto"
+        and shape.attention_softcapping
+        and FRAMEWORKS[spec.framework].softcapping_eager
+    )
     return MemoryJob(
         method=spec.method,
         precision=spec.precision,
@@ -152,9 +169,9 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         activation_offload_layers=0
         if spec.megatron is None
         else spec.megatron.activation_offload_layers,
-        fused_attention=spec.attention != "eager",
+        fused_attention=spec.attention != "eager" and not softcap_eager,
         cudnn_attention=spec.attention == "cudnn",
-        attention_auto=spec.attention == "auto",
+        attention_auto=spec.attention == "auto" and not softcap_eager,
         framework=spec.framework,
         compiled=spec.compile,
         compiled_loss=spec.compile_loss,

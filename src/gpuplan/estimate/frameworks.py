@@ -137,6 +137,18 @@ class Framework:
     """fp8 runs use Transformer Engine linears, which keep the fp8 cast of their input."""
     shardings: tuple[str, ...] = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
     """Sharding values this engine implements."""
+    unties_embeddings: bool = False
+    """The engine builds its own model with a separate LM head, so a checkpoint with tied word
+    embeddings is loaded into two weights: LitGPT's ``GPT`` has an ``nn.Linear`` lm_head
+    and ``convert_hf_checkpoint`` copies ``wte`` into it where the checkpoint has no lm_head
+    (Gemma, Llama 3.2 1B/3B, GPT-2); QLoRA then quantizes it with the other linears."""
+    softcapping_eager: bool = False
+    """A model with soft-capped attention scores (Gemma 2) runs its attention eagerly by
+    default: LitGPT's ``CausalSelfAttention.scaled_dot_product_attention`` ("with softcapping
+    we cannot use SDPA": scores, tanh cap, mask, fp32 softmax cast back, times V; at 916a84ca,
+    2024-07, and still at 0.5.13). transformers (4.44 on) loads Gemma 2 with SDPA, which drops
+    the cap, and only warns that training should use eager: ``hf`` keeps the spec's
+    ``attention`` as given."""
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -157,6 +169,8 @@ FRAMEWORKS: dict[str, Framework] = {
         qlora_quantizes_head=True,
         qlora_fp16_quant_state=True,
         keeps_previous_graph=True,
+        softcapping_eager=True,
+        unties_embeddings=True,
     ),
     "torchtune": Framework(
         name="torchtune",

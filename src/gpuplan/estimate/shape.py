@@ -83,6 +83,10 @@ class Shape:
     """Tokens per sample fixed by the architecture (ViT patches + class token)."""
     image_size: int | None = None
     cnn_layers: tuple[ConvLayer, ...] = ()
+    attention_softcapping: bool = False
+    """The attention scores are soft-capped (Gemma 2): SDPA's kernels cannot do it."""
+    final_softcapping: bool = False
+    """The logits are soft-capped: one more vocabulary-wide tensor saved (tanh's output)."""
 
     @property
     def params_linear_per_layer(self) -> int:
@@ -235,6 +239,8 @@ def shape_of(cfg: ModelConfig) -> Shape:
         params_final_norm=final_norm,
         linears=_linears(cfg),
         tied_embeddings=cfg.tie_word_embeddings,
+        attention_softcapping=cfg.attention_softcapping is not None,
+        final_softcapping=cfg.final_logit_softcapping is not None,
         fixed_tokens=fixed,
         image_size=cfg.image_size or None,
     )

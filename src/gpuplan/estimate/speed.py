@@ -25,6 +25,7 @@ from gpuplan.estimate.compute import (
     EAGER_DROPOUT_PASSES,
     EAGER_SCORE_PASSES,
     MEGATRON_SOFTMAX_PASSES,
+    SOFTCAP_PASSES,
     ComputeTime,
     cnn_step,
     peak_flops,
@@ -193,7 +194,8 @@ def _score_passes(job: MemoryJob, shape: Shape, st: Strategy, seq: int) -> int:
         and seq % 4 == 0
         and (st.micro_batch_size * heads) % 4 == 0
     )
-    return MEGATRON_SOFTMAX_PASSES if fused else EAGER_SCORE_PASSES
+    passes = MEGATRON_SOFTMAX_PASSES if fused else EAGER_SCORE_PASSES
+    return passes + (SOFTCAP_PASSES if shape.attention_softcapping else 0)
 
 
 def estimate_time(

@@ -152,6 +152,16 @@ class ModelConfig(BaseModel):
     attention_out_bias: bool = Field(description="Attention output projection has a bias.")
     mlp_bias: bool = Field(description="MLP projections have biases.")
     lm_head_bias: bool = Field(default=False, description="The LM head has a bias (Phi, GPT-J).")
+    attention_softcapping: float | None = Field(
+        default=None,
+        gt=0,
+        description="Attention scores are soft-capped, cap * tanh(scores / cap) (Gemma 2's "
+        "attn_logit_softcapping): PyTorch's SDPA kernels cannot, so engines that honour it run "
+        "the attention eagerly.",
+    )
+    final_logit_softcapping: float | None = Field(
+        default=None, gt=0, description="The logits are soft-capped the same way (Gemma 2)."
+    )
     positional: Positional = Field(description="Position encoding: rope, learned, alibi or none.")
     rotary_dim: int = Field(
         default=0,

@@ -212,10 +212,20 @@ def _qwen3(k: _Keys) -> dict[str, Any]:
 
 
 def _gemma2(k: _Keys) -> dict[str, Any]:
-    # Gemma2DecoderLayer: input, post-attention, pre-feedforward, post-feedforward norms.
+    # Gemma2DecoderLayer: input, post-attention, pre-feedforward, post-feedforward norms;
+    # tanh soft-capping of the attention scores and of the final logits (0 or null: none).
     fields = _rope_decoder(k, tie=True, act="gelu_pytorch_tanh")
     act = k.text("hidden_activation", "hidden_act", default="gelu_pytorch_tanh")
-    return {**fields, "activation": act, "norms_per_layer": 4, "sliding_window": _window(k)}
+    attn_cap = k.number("attn_logit_softcapping", default=0.0)
+    final_cap = k.number("final_logit_softcapping", default=0.0)
+    return {
+        **fields,
+        "activation": act,
+        "norms_per_layer": 4,
+        "sliding_window": _window(k),
+        "attention_softcapping": attn_cap or None,
+        "final_logit_softcapping": final_cap or None,
+    }
 
 
 def _phi3(k: _Keys) -> dict[str, Any]:
