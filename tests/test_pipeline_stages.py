@@ -123,3 +123,13 @@ def test_fit_json_names_the_stages(tmp_path: pathlib.Path) -> None:
     assert out.exit_code == 0, out.output
     mem = json.loads(out.output)["memory"]
     assert mem["pipeline_stage"] is None and mem["pipeline_stages"] is None
+
+
+def test_fit_table_names_each_stages_peak(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(_megatron_pp4()), encoding="utf-8")
+    out = CliRunner().invoke(app, ["fit", str(path), "--gpu", "H100-SXM", "--gpus", "8"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "pipeline stages (device used): first" in text
+    assert "the table is the last" in text

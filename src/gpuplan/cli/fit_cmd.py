@@ -162,6 +162,9 @@ def _print_breakdown(result: Any) -> None:
         f"{_gib(m.headroom_bytes)} GiB, max micro-batch {result.max_micro_batch}"
     )
     out.print(f"strategy: {result.strategy.label()}; peak during {m.peak_phase}; basis: {m.basis}")
+    if m.pipeline_stages:
+        stages = ", ".join(f"{p.stage} {_gib(p.device_used_bytes)} GiB" for p in m.pipeline_stages)
+        out.print(f"pipeline stages (device used): {stages}; the table is the {m.pipeline_stage}")
     table = Table(title="per-GPU memory")
     table.add_column("part")
     table.add_column("GiB", justify="right")
