@@ -83,6 +83,13 @@ class Numerics:
     (1 byte; Megatron ``fp8_dot_product_attention``)."""
     fp8_activation_input: bool = False
     """Megatron's fused SwiGLU keeps its input in fp8 e4m3 (``activation_func_fp8_input_store``)."""
+    loss_parallel: bool = False
+    """The eager loss runs on vocabulary-sharded logits under PyTorch's ``loss_parallel``
+    (torchtitan with tensor parallelism): its backward
+    (``torch/distributed/tensor/parallel/loss.py``, ``_nll_loss_and_log_softmax_backward``,
+    read at torch 2.13) builds ``zeros_like(x)``, ``exp(x)`` and their sum (then that times
+    the output gradient) beside the saved fp32 log-softmax: three fp32 copies at once where
+    the dense ``nll_loss`` / ``_log_softmax_backward_data`` pair is priced at one."""
     fused_kernels: bool = False
     """Transformer Engine (Megatron): fused norm + linear keeps the 16-bit norm input and the
     fp32 rstd, the fused SwiGLU keeps its input (and the down projection its own input), and
@@ -134,9 +141,17 @@ class Item:
     first_stage: bool = False
     """Kept by the embedding, so by the first pipeline stage, once per micro-batch in flight
     there; the other head items (final norm, LM head, loss) are the last stage's."""
+    gathered_input: bool = False
+    """The input of a column-parallel linear (QKV, MLP up, LM head) and its adapters'. Under
+    sequence parallelism Megatron's linear saves the sequence-sharded input and all-gathers it
+    again in backward; PyTorch's DTensor plan all-gathers it first (``PrepareModuleInput`` to
+    ``Replicate``) and the linear saves the gathered tensor (``per_tp_rank``'s
+    ``saves_gathered``)."""
 
 
-def per_tp_rank(items: Iterable[Item], tp: int, sequence_parallel: bool) -> float:
+def per_tp_rank(
+    items: Iterable[Item], tp: int, sequence_parallel: bool, *, saves_gathered: bool = False
+) -> float:
     """Bytes per token one tensor-parallel rank keeps of ``items``.
 
     Tensors inside the tensor-parallel region are split over the ``tp`` ranks; the others
@@ -144,11 +159,16 @@ def per_tp_rank(items: Iterable[Item], tp: int, sequence_parallel: bool) -> floa
     ``--sequence-parallel`` shards LayerNorm, dropout and the column-parallel linears' saved
     inputs by sequence, ``megatron/core/tensor_parallel/layers.py``,
     ``LinearWithGradAccumulationAndAsyncCommunication``, which all-gathers the sharded input
-    again in backward; without it every rank keeps them whole).
+    again in backward; without it every rank keeps them whole). ``saves_gathered``: the
+    engine's column-parallel linears save their all-gathered input (PyTorch DTensor tensor
+    parallelism, as torchtitan applies it), so those items stay whole under sequence
+    parallelism too.
     """
-    return sum(
-        i.bytes_per_token / (1 if i.tp_replicated and not sequence_parallel else tp) for i in items
-    )
+
+    def whole(i: Item) -> bool:
+        return i.tp_replicated and (not sequence_parallel or (saves_gathered and i.gathered_input))
+
+    return sum(i.bytes_per_token / (1 if whole(i) else tp) for i in items)
 
 
 def _norm(shape: Shape, num: Numerics, tr: Trainable, where: str) -> list[Item]:
@@ -254,7 +274,10 @@ def _linear_inputs(
         items.append(
             Item(name=f"{where} LoRA A outputs", bytes_per_token=len(lora) * a * tr.lora_rank)
         )
-    return [dataclasses.replace(i, tp_replicated=column_parallel) for i in items]
+    return [
+        dataclasses.replace(i, tp_replicated=column_parallel, gathered_input=column_parallel)
+        for i in items
+    ]
 
 
 def _attention(shape: Shape, num: Numerics, tr: Trainable, seq: int, fused: bool) -> list[Item]:
@@ -471,7 +494,14 @@ def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
     items += _norm(shape, num, tr, "final")
     if shape.family == "decoder":
         if tr.full:
-            items.append(Item(name="lm_head input", bytes_per_token=a * h, tp_replicated=True))
+            items.append(
+                Item(
+                    name="lm_head input",
+                    bytes_per_token=a * h,
+                    tp_replicated=True,
+                    gathered_input=True,
+                )
+            )
         v = shape.vocab
         if shape.final_softcapping:
             # Gemma 2's capped logits, cap * tanh(logits / cap): tanh keeps its output
@@ -511,6 +541,10 @@ def backward_transient_per_token(shape: Shape, num: Numerics) -> float:
     if num.loss_grad_in_place:
         # the fp32 gradient overwrites the saved softmax; only its 16-bit cast is new
         return num.act_bytes * shape.vocab / max(1, num.loss_chunks)
+    if num.loss_parallel and not num.loss_is_compiled:
+        # zeros_like(x), exp(x) and their sum (or the product with the output gradient) live
+        # at once beside the saved log-softmax; the 16-bit cast comes after x is released
+        return 3 * FP32 * shape.vocab / max(1, num.loss_chunks)
     if num.loss_is_compiled and not num.logits_upcast_in_model:
         # a compiled loss that upcasts the logits itself fuses the backward of the upcast
         # and the log-softmax into one kernel writing the logits gradient in the logits

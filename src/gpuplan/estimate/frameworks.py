@@ -137,6 +137,13 @@ class Framework:
     """fp8 runs use Transformer Engine linears, which keep the fp8 cast of their input."""
     shardings: tuple[str, ...] = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
     """Sharding values this engine implements."""
+    dtensor_tensor_parallel: bool = False
+    """Tensor parallelism is PyTorch's DTensor plan (torchtitan ``parallelize_llama``, read at
+    9dec370 and HEAD): ``PrepareModuleInput`` all-gathers each block's input to ``Replicate``
+    before the ``ColwiseParallel`` QKV and MLP-up linears, which save that gathered input (the
+    output projection's ``ColwiseParallel`` too), while ``SequenceParallel`` shards only the
+    norms; and the loss runs under ``loss_parallel`` on vocabulary-sharded logits
+    (``Numerics.loss_parallel``) unless it is compiled."""
     unties_embeddings: bool = False
     """The engine builds its own model with a separate LM head, so a checkpoint with tied word
     embeddings is loaded into two weights: LitGPT's ``GPT`` has an ``nn.Linear`` lm_head
@@ -224,6 +231,7 @@ FRAMEWORKS: dict[str, Framework] = {
         upcast_in_loss=True,
         engine="torchtitan",
         shardings=("none", "zero2", "zero3", "fsdp", "hsdp"),
+        dtensor_tensor_parallel=True,
     ),
 }
 
