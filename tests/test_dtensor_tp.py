@@ -108,3 +108,24 @@ def test_torchtitans_70b_2d_row_is_within_ten_percent() -> None:
     predicted, _ = predict_memory(row, REPO)
     measured = float(row["measured"]) * 2**30
     assert abs(predicted / measured - 1) < 0.10
+
+
+def test_torchtitan_tp_collectives_are_exposed() -> None:
+    """DTensor's all-gathers and reduce-scatters are waited on before the linears that need
+    them; Megatron's are overlapped with the GEMMs at the efficiency file's prior."""
+    from gpuplan.estimate.calibration import efficiencies
+    from gpuplan.estimate.configure import configure, default_topology
+
+    gpu = load_catalog(use_user=False).gpu("H100-SXM")
+    topo = default_topology(gpu, 8)
+
+    def times(framework: str):  # type: ignore[no-untyped-def]
+        spec = parse_spec({**_torchtitan(8, framework), "global_batch_size": 8})
+        return configure(spec, gpu, 8, topo, require_fit=False).time
+
+    titan, megatron = times("torchtitan"), times("megatron")
+    tp_total_titan = titan.parts["tp comm exposed"]
+    assert tp_total_titan > 0
+    hidden = 1 - efficiencies().overlap["tensor_parallel"]
+    assert megatron.parts["tp comm exposed"] == pytest.approx(tp_total_titan * hidden, rel=1e-6)
+    assert any("tensor-parallel none" in a for a in titan.assumptions)

@@ -208,7 +208,8 @@ class ParallelismSpec(_Spec):
         "torchtitan's TP plan) or kept whole on every rank (false: Megatron-LM's default, "
         "Megatron before 2022, PyTorch TP plans without SequenceParallel). Memory keeps them "
         "whole and time repeats their norm and dropout work on every rank; the layout search "
-        "assumes true.",
+        "assumes true. Under torchtitan (DTensor) the column-parallel linears save their "
+        "all-gathered input even with it on; only the norms' tensors are split.",
     )
 
 
@@ -390,7 +391,9 @@ class JobSpec(_Spec):
         "GELU), deepspeed (DeepSpeed ZeRO around HF model code: 16-bit params and grads, fp32 "
         "master weights sharded with the optimizer state), megatron (Megatron-LM / NeMo / "
         "Megatron-Bridge: distributed optimizer, Transformer Engine kernels, fp32 main grads) "
-        "torchtitan (FSDP2: fp32 sharded params gathered in bf16) or llmfoundry (MosaicML "
+        "torchtitan (FSDP2: fp32 sharded params gathered in bf16; DTensor tensor parallelism: "
+        "gathered linear inputs saved, loss_parallel, collectives not overlapped) or "
+        "llmfoundry (MosaicML "
         "llm-foundry: FSDP with 16-bit compute params, low-precision LayerNorm, flash-attn's "
         "fused cross-entropy) or apex (NVIDIA Apex amp O2, as NVIDIA's DeepLearningExamples "
         "run it: fp16 model weights and gradients, fp32 master weights and Adam moments in the "

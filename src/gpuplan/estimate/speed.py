@@ -423,7 +423,12 @@ def estimate_time(
         per_layer = 3 * (st.cp - 1) * comm.p2p_time(kv * pb.act, hop)
         cp_total = m * layers_stage * per_layer
         cp_exposed = max(0.0, cp_total - m * ct.parts.get("attention", 0.0) / virt)
-    exposed = dp_exposed + tp_total * (1 - ov["tensor_parallel"]) + pp_total + cp_exposed
+    # PyTorch's DTensor tensor parallelism (torchtitan's plan without async TP) waits on each
+    # all-gather and reduce-scatter before the linear that needs it: nothing hides them;
+    # Megatron / Transformer Engine overlap them with the GEMMs (the efficiency file's prior)
+    dtensor_tp = FRAMEWORKS[job.framework].dtensor_tensor_parallel
+    tp_overlap = 0.0 if dtensor_tp else ov["tensor_parallel"]
+    exposed = dp_exposed + tp_total * (1 - tp_overlap) + pp_total + cp_exposed
     comm_total = dp_total + tp_total + pp_total + cp_total
     step = (compute + bubble + exposed + optimizer_s) * (1 + eff.step_overhead)
 
@@ -450,7 +455,7 @@ def estimate_time(
         "optimizer step": optimizer_s,
         "pipeline bubble": bubble,
         "dp comm exposed": dp_exposed,
-        "tp comm exposed": tp_total * (1 - ov["tensor_parallel"]),
+        "tp comm exposed": tp_total * (1 - tp_overlap),
         "pp p2p exposed": pp_total,
         "cp ring exposed": cp_exposed,
         "overhead (unmodelled)": step - step / (1 + eff.step_overhead),
@@ -458,7 +463,16 @@ def estimate_time(
     assumptions += [
         f"intra-node link {intra.name}: {intra.bandwidth / 1e9:.0f} GB/s per GPU per direction achieved",
         f"overlap: data-parallel {ov['data_parallel']:.0%} of backward, FSDP prefetch {ov['fsdp']:.0%}"
-        + (f", tensor-parallel {ov['tensor_parallel']:.0%} (fitted)" if st.tp > 1 else ""),
+        + (
+            (
+                ", tensor-parallel none (DTensor's collectives are waited on before each "
+                "linear; torchtitan's async TP is not modelled)"
+                if dtensor_tp
+                else f", tensor-parallel {tp_overlap:.0%} (a prior, not fitted)"
+            )
+            if st.tp > 1
+            else ""
+        ),
         f"step overhead {eff.step_overhead:.0%} for data loading, Python and synchronisation",
     ]
     if inter is not None:
