@@ -382,26 +382,6 @@ class FitResult:
         }
 
 
-def _estimate(
-    shape: Shape,
-    job: MemoryJob,
-    st: Strategy,
-    gpu: GpuSpec,
-    capacity: float | None,
-    margin: float,
-    image_size: int | None,
-) -> MemoryEstimate:
-    return estimate_memory(
-        shape,
-        job,
-        st,
-        gpu,
-        capacity_bytes=capacity,
-        safety_margin=margin,
-        image_size=image_size,
-    )
-
-
 def max_micro_batch(
     shape: Shape,
     job: MemoryJob,
@@ -415,14 +395,14 @@ def max_micro_batch(
     """Largest micro-batch that fits under ``st`` (0 if even 1 does not)."""
 
     def fits(mb: int) -> bool:
-        return _estimate(
+        return estimate_memory(
             shape,
             job,
             dataclasses.replace(st, micro_batch_size=mb),
             gpu,
-            capacity,
-            margin,
-            image_size,
+            capacity_bytes=capacity,
+            safety_margin=margin,
+            image_size=image_size,
         ).fits
 
     if not fits(1):
@@ -466,7 +446,15 @@ def fit(
         job = dataclasses.replace(job, cuda_context_bytes=cuda_context_bytes)
     best: tuple[float, Strategy, MemoryEstimate] | None = None
     for st in candidate_strategies(spec, count, shape, gpus_per_node):
-        est = _estimate(shape, job, st, gpu, capacity, margin, spec.image_size)
+        est = estimate_memory(
+            shape,
+            job,
+            st,
+            gpu,
+            capacity_bytes=capacity,
+            safety_margin=margin,
+            image_size=spec.image_size,
+        )
         key = est.device_used_bytes
         if best is None or key < best[0]:
             best = (key, st, est)
