@@ -55,6 +55,8 @@ def test_a_null_or_zero_cap_is_no_cap_and_a_string_is_an_error() -> None:
     assert cfg.attention_softcapping is None and cfg.final_logit_softcapping is None
     with pytest.raises(SpecError, match="attn_logit_softcapping"):
         from_hf_config({**raw, "attn_logit_softcapping": "fifty"}, id="g")
+    with pytest.raises(SpecError, match="positive cap.*attn_logit_softcapping"):
+        from_hf_config({**raw, "attn_logit_softcapping": -5}, id="g")
 
 
 def test_litgpt_runs_capped_attention_eagerly_and_keeps_tanh_and_fp32_softmax(

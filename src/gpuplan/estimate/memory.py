@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Iterable
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import overheads as ovh
@@ -595,6 +596,7 @@ class _ActivationProfile:
     rebuilt: float
     """The one layer a checkpointed backward rebuilds (exists once, whatever is in flight)."""
     previous_step: float
+    """The previous step's 4-bit linear inputs that bitsandbytes < 0.43.2 keeps alive."""
     embedding: float
     """The first stage's head items (the embedding's), per micro-batch in flight."""
     output: float
@@ -650,7 +652,12 @@ def _activation_profile(
         and (fw.upcast_unchunked_logits or (fw.upcast_in_loss and not job.loss_compiled)),
         loss_parallel=fw.dtensor_tensor_parallel and tp > 1,
     )
-    gathered = fw.dtensor_tensor_parallel
+
+    def rank(items: Iterable[Item]) -> float:
+        return per_tp_rank(
+            items, st.tp, st.sequence_parallel, saves_gathered=fw.dtensor_tensor_parallel
+        )
+
     seq = shape.fixed_tokens or job.seq_len
     tokens = st.micro_batch_size * seq // st.cp  # context parallelism: seq_len / cp per rank
     layers = math.ceil(shape.layers / st.pp)
@@ -663,29 +670,20 @@ def _activation_profile(
     # later, after the last layer's activations are freed)
     layers = max(0, layers - off) + min(1, off) if off else layers
     items = tuple(layer_items_cached(shape, num, tr, seq, job.fused_attention))
-    per_layer = per_tp_rank(items, st.tp, st.sequence_parallel, saves_gathered=gathered)
+    per_layer = rank(items)
     # ``act_tok``: what each in-flight micro-batch keeps; ``recomputed_tok``: the one layer a
     # checkpointed backward rebuilds. Pipeline schedules run one micro-batch's backward at a
     # time (Megatron ``forward_backward_pipelining_*``), so the rebuilt layer exists once while
     # every in-flight micro-batch holds its checkpoints.
     recomputed_tok = 0.0
     if st.activation_checkpointing == "full":
-        kept = per_tp_rank(
-            boundary_items(shape, num), st.tp, st.sequence_parallel, saves_gathered=gathered
-        )
+        kept = rank(boundary_items(shape, num))
         act_tok, recomputed_tok = layers * kept, per_layer
     elif st.activation_checkpointing == "selective-op":
-        kept = per_tp_rank(
-            op_sac_items(shape, num), st.tp, st.sequence_parallel, saves_gathered=gathered
-        )
+        kept = rank(op_sac_items(shape, num))
         act_tok, recomputed_tok = layers * kept, per_layer
     elif st.activation_checkpointing == "selective":
-        core = per_tp_rank(
-            [i for i in items if i.attention_core],
-            st.tp,
-            st.sequence_parallel,
-            saves_gathered=gathered,
-        )
+        core = rank(i for i in items if i.attention_core)
         act_tok, recomputed_tok = layers * (per_layer - core), core
     else:
         act_tok = layers * per_layer
@@ -698,18 +696,8 @@ def _activation_profile(
         per_micro_batch=act_tok,
         rebuilt=recomputed_tok,
         previous_step=previous,
-        embedding=per_tp_rank(
-            [i for i in heads if i.first_stage],
-            st.tp,
-            st.sequence_parallel,
-            saves_gathered=gathered,
-        ),
-        output=per_tp_rank(
-            [i for i in heads if not i.first_stage],
-            st.tp,
-            st.sequence_parallel,
-            saves_gathered=gathered,
-        ),
+        embedding=rank(i for i in heads if i.first_stage),
+        output=rank(i for i in heads if not i.first_stage),
         transient=backward_transient_per_token(shape, num) / st.tp,
         items=items,
     )

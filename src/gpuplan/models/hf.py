@@ -218,6 +218,9 @@ def _gemma2(k: _Keys) -> dict[str, Any]:
     act = k.text("hidden_activation", "hidden_act", default="gelu_pytorch_tanh")
     attn_cap = k.number("attn_logit_softcapping", default=0.0)
     final_cap = k.number("final_logit_softcapping", default=0.0)
+    for name, cap in (("attn_logit_softcapping", attn_cap), ("final_logit_softcapping", final_cap)):
+        if cap < 0:
+            raise k._error(name, f"expected a positive cap (or null), got {cap!r} for")
     return {
         **fields,
         "activation": act,
