@@ -7,13 +7,15 @@ optimizers, CUDA autocast rules for ``*-mixed`` (:mod:`.autocast`), and the
 first iteration discarded (optimizer state appears only after step 1).
 
 Models with many layers are traced with 1 and 2 layers and extrapolated
-linearly per layer (the result says so). Sharding, tensor and pipeline
-parallelism and runtime overheads are applied analytically on top of the
-traced single-device numbers.
+linearly per layer (the result says so). Tensor parallelism is traced as one
+rank's sharded linears, pipeline parallelism as the first and the last stage
+apart, each with its micro-batches in flight (traced at 1 and 2, grown
+linearly). Sharding and runtime overheads are applied analytically on top.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -22,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuPlanError, MissingInputError, SpecError
+from gpuplan.estimate import pipeline
+from gpuplan.estimate.memory import StagePeak
+from gpuplan.estimate.pipeline import PIPELINE_STAGES, PipelineStage
 
 MAX_TRACED_PARAMS = 9e9
 """Above this the model is traced with 1 and 2 layers and extrapolated."""
@@ -42,6 +47,9 @@ class TraceResult:
     layers_traced: tuple[int, ...]
     extrapolated: bool
     wall_s: float
+    in_flight_traced: tuple[int, ...] = (1,)
+    """Micro-batches in flight traced (1 and 2 when a pipeline stage holds more than one:
+    grown linearly to the stage's count)."""
 
 
 def _require_torch() -> Any:
@@ -263,17 +271,21 @@ class RankSlice:
             (``vocab / tp``).
         stage_layers: transformer layers of the traced pipeline stage
             (``ceil(layers / pp)``).
-        in_flight: micro-batches whose activations the stage holds at once
-            (1F1B: ``min(pp, grad_accum)`` on the first stage).
-        pipelined: whether pp > 1: the stage then holds one copy of the
-            embedding/head weights (traced tied), the larger of the first stage's
-            embedding and the last stage's head, as the analytic model assumes.
+        stage: the pipeline stage traced, as the analytic model sizes them
+            (:mod:`gpuplan.estimate.pipeline`): ``first`` holds the embedding and no final
+            norm or head, and sends its last layer's output on; ``last`` receives its input
+            (no embedding) and holds the final norm, the LM head (its own copy of tied
+            embeddings, Megatron's ``share_embeddings_and_output_weights``) and the loss.
+            None: not pipelined, the whole model.
+        in_flight: micro-batches whose activations the stage holds at its peak
+            (:func:`gpuplan.estimate.pipeline.in_flight`; fractional when interleaved).
+            One of them reaches the head on the last stage.
     """
 
     tp: int = 1
     stage_layers: int | None = None
-    in_flight: int = 1
-    pipelined: bool = False
+    stage: PipelineStage | None = None
+    in_flight: float = 1.0
 
 
 _TP_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma2", "mixtral", "phi3"})
@@ -295,8 +307,8 @@ def _slice_config(cfg: dict[str, Any], model_type: str, part: RankSlice) -> dict
         out["num_key_value_heads"] = max(1, kv // part.tp)
         out["intermediate_size"] = -(-int(out["intermediate_size"]) // part.tp)
         out["vocab_size"] = -(-int(out["vocab_size"]) // part.tp)
-    if part.pipelined:
-        out["tie_word_embeddings"] = True
+    if part.stage is not None:  # each end holds its own matrix; the other end's is dropped
+        out["tie_word_embeddings"] = False
     return out
 
 
@@ -348,12 +360,40 @@ def _build(
     attn = _register_fused_attention() if uses_attention_interface(cls, hf) else None
     with torch.device("meta"):
         model = cls.from_config(hf, dtype=dtype, attn_implementation=attn)
+        if part is not None and part.stage is not None:
+            _cut_stage(model, part.stage, dtype)
     model.train()
     return model
 
 
-def _Step(model: Any, family: str, keep: int) -> Any:  # noqa: N802 - builds an nn.Module
-    """An ``nn.Module`` whose forward is the traced step's forward and loss."""
+_FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "final_layer_norm")
+"""Attribute names of the final norm on Hugging Face base models (Llama-style, GPT-2, others)."""
+
+
+def _cut_stage(model: Any, stage: PipelineStage, dtype: Any) -> None:
+    """Drop what the other end of the pipeline holds: the first stage keeps the embedding and
+    loses the final norm and the head; the last keeps those and loses the embedding (its input
+    arrives as hidden states). A dropped matrix becomes a one-row stand-in."""
+    from torch import nn
+
+    base = model.base_model
+    if stage == "first":
+        head = model.get_output_embeddings()
+        if head is not None:
+            model.set_output_embeddings(nn.Linear(head.in_features, 1, bias=False, dtype=dtype))
+        for name in _FINAL_NORMS:
+            if isinstance(getattr(base, name, None), nn.Module):
+                setattr(base, name, nn.Identity())
+    else:
+        emb = model.get_input_embeddings()
+        model.set_input_embeddings(nn.Embedding(1, emb.embedding_dim, dtype=dtype))
+
+
+def _Step(model: Any, family: str, stage: PipelineStage | None) -> Any:  # noqa: N802 - an nn.Module
+    """An ``nn.Module`` whose forward is the forwards and losses of the micro-batches the
+    traced rank holds at once, in order (one call, as MemTracker tracks one call of its root a
+    step). The first reaches the head; the others (a pipeline stage's micro-batches in
+    flight) backpropagate from a stand-in for the gradient the next stage sends back."""
     from torch import nn
 
     class Step(nn.Module):
@@ -361,30 +401,33 @@ def _Step(model: Any, family: str, keep: int) -> Any:  # noqa: N802 - builds an 
             super().__init__()
             self.model = model
 
-        def forward(self, inputs: Any, labels: Any) -> Any:
-            return _loss(self.model, family, inputs, labels, keep)
+        def forward(self, batches: list[tuple[Any, Any]]) -> tuple[Any, ...]:
+            return tuple(
+                _loss(self.model, family, stage, x, y, head=i == 0)
+                for i, (x, y) in enumerate(batches)
+            )
 
     return Step()
 
 
-def _loss(model: Any, family: str, inputs: Any, labels: Any, keep: int) -> Any:
-    """Forward and loss of one traced step; ``keep`` samples reach the LM head."""
-    import torch
+def _loss(
+    model: Any, family: str, stage: PipelineStage | None, inputs: Any, labels: Any, head: bool
+) -> Any:
+    """Forward and loss of one traced micro-batch.
 
+    ``inputs`` are token ids, or hidden states on the last pipeline stage. A pipeline stage
+    that sends its output on backpropagates from a gradient of that output's shape and dtype
+    (``h.float().sum()`` makes one in the output's dtype)."""
     if family == "vit":  # position embeddings interpolated to the job's image size
         return model(pixel_values=inputs, labels=labels, interpolate_pos_encoding=True).loss
     if family == "cnn":
         return model(pixel_values=inputs, labels=labels).loss
+    key = "inputs_embeds" if stage == "last" else "input_ids"
     if family != "decoder":
-        return model(input_ids=inputs).last_hidden_state.float().pow(2).mean()
-    if keep == inputs.shape[0]:
-        return model(input_ids=inputs, labels=labels).loss
-    # a pipeline stage holding several micro-batches: all pass its layers, one reaches the head
-    hidden = model.model(input_ids=inputs).last_hidden_state[:keep]
-    logits = model.lm_head(hidden).float()
-    return torch.nn.functional.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:keep, 1:].reshape(-1)
-    )
+        return model(**{key: inputs}).last_hidden_state.float().pow(2).mean()
+    if stage is None or (stage == "last" and head):
+        return model(**{key: inputs}, labels=labels).loss
+    return model.base_model(**{key: inputs}).last_hidden_state.float().sum()
 
 
 def _trace_once(
@@ -396,9 +439,14 @@ def _trace_once(
     batch: int,
     part: RankSlice | None = None,
     grads_persist: bool = False,
+    in_flight: int = 1,
 ) -> tuple[dict[str, Phase], float, float]:
     """Per-phase peaks of the second of two traced steps, the activations after forward, and
-    the bytes of 16-bit weight copies autocast kept through forward (0 without autocast)."""
+    the bytes of 16-bit weight copies autocast kept through forward (0 without autocast).
+
+    ``in_flight`` micro-batches run their forwards one after another before the first
+    backward (a pipeline stage's warm-up); the first reaches the head, then each runs its
+    backward in turn, so the first backward runs with the others' activations held."""
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -445,17 +493,25 @@ def _trace_once(
         )
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = _optimizer(spec.optimizer, trainable)
-    in_flight = part.in_flight if part is not None else 1
-    if family in ("cnn", "vit"):
-        side = seq  # the image side for vision models
-        inputs = torch.empty((batch, 3, side, side), device="meta", dtype=param_dtype)
-        labels = torch.randint(0, int(model.config.num_labels), (batch,), device="meta")
-    else:
+    stage = part.stage if part is not None else None
+
+    def micro_batch() -> tuple[Any, Any]:
+        if family in ("cnn", "vit"):
+            side = seq  # the image side for vision models
+            images = torch.empty((batch, 3, side, side), device="meta", dtype=param_dtype)
+            return images, torch.randint(0, int(model.config.num_labels), (batch,), device="meta")
         vocab = int(getattr(model.config, "vocab_size", 32000))
-        inputs = torch.randint(0, vocab, (batch * in_flight, seq), device="meta")
-        labels = inputs
+        ids = torch.randint(0, vocab, (batch, seq), device="meta")
+        if stage != "last":
+            return ids, ids
+        # the last stage receives the previous stage's output, in the residual stream's dtype,
+        # and sends its gradient back
+        width = model.get_input_embeddings().embedding_dim
+        hidden = torch.empty((batch, seq, width), device="meta", dtype=param_dtype)
+        return hidden.requires_grad_(), ids
+
     tracker = MemTracker()
-    root = _Step(model, family, batch)  # the tracked module: its snapshots span the whole step
+    root = _Step(model, family, stage)  # the tracked module: its snapshots span the whole step
     tracker.track_external(root, opt)
 
     class _NoHook:
@@ -469,14 +525,15 @@ def _trace_once(
     before_step: dict[Any, dict[str, int]] = {}
     with tracker, _FusedSdpa():
         for it in range(2):
+            batches = [micro_batch() for _ in range(in_flight)]
             if cast is not None:
                 cast.clear_cache()
-                with cast:
-                    loss = root(inputs, labels)
-            else:
-                loss = root(inputs, labels)
-            loss.backward()
-            del loss
+            with cast if cast is not None else contextlib.nullcontext():
+                losses = root(batches)
+            for (x, _), loss in zip(batches, losses, strict=True):
+                loss.backward()
+                x.grad = None  # the gradient sent to the previous stage
+            del losses, batches
             if it == 1:  # restart the peak: what follows is the optimizer phase's own peak
                 before_step = tracker.get_tracker_snapshot("peak")
                 tracker._peak_mem_snap = tracker.get_tracker_snapshot()
@@ -520,19 +577,37 @@ def _peak(phases: dict[str, Phase]) -> Phase:
     return max(phases.values(), key=lambda phase: phase[0])
 
 
-def _extrapolate(one: dict[str, Phase], two: dict[str, Phase], n: int) -> dict[str, Phase]:
-    """Each phase traced with 1 and 2 layers, grown linearly to ``1 + n`` layers.
+def _mix(terms: list[tuple[float, dict[str, Phase]]]) -> dict[str, Phase]:
+    """A weighted sum of traced phases, phase by phase and category by category: traces with
+    1 and 2 layers (or micro-batches in flight) grown linearly to ``1 + n`` are the weights
+    ``1 - n`` and ``n`` (:func:`_line`), both at once their products.
 
     Phases are extrapolated one by one before the peak is taken: with few layers
     the peak may sit in backward (logits) and with many in the optimizer step.
     The overall peak is a maximum over phases, not linear, and is left out.
     """
+    keys = set.intersection(*(set(phases) for _, phases in terms)) - {"overall"}
     out: dict[str, Phase] = {}
-    for key in one.keys() & two.keys() - {"overall"}:
-        (t1, c1), (t2, c2) = one[key], two[key]
-        cats = {k: c1.get(k, 0.0) + n * (c2.get(k, 0.0) - c1.get(k, 0.0)) for k in c1.keys() | c2}
-        out[key] = (t1 + n * (t2 - t1), cats)
+    for key in keys:
+        cats: dict[str, float] = {}
+        for w, phases in terms:
+            for k, v in phases[key][1].items():
+                cats[k] = cats.get(k, 0.0) + w * v
+        out[key] = (sum(w * phases[key][0] for w, phases in terms), cats)
     return out
+
+
+_EDGE_PHASES = frozenset({"post_fw", "pre_bw", "post_bw"})
+"""MemTracker snapshots at the end of forward and the ends of backward, bounded by the
+forward and backward peaks."""
+
+
+def _line(points: tuple[int, ...], target: float) -> tuple[float, ...]:
+    """Weights on traces at ``points`` (one point, or 1 and 2) that give ``target`` on the
+    line through them."""
+    if len(points) == 1:
+        return (1.0,)
+    return (2.0 - target, target - 1.0)
 
 
 def trace_memory(
@@ -577,24 +652,33 @@ def trace_memory(
     stage = (part.stage_layers if part is not None else None) or shape.layers
     rank_params = shape.params_total * stage / max(shape.layers, 1) / tp
     mb = spec.micro_batch_size
+    in_flight = part.in_flight if part is not None else 1.0
+    # a big stage is traced with 1 and 2 layers, several micro-batches in flight with 1 and 2,
+    # and each grown linearly (bilinearly when both)
+    small = rank_params <= MAX_TRACED_PARAMS or shape.family in ("cnn", "vit")
+    layer_points: tuple[int, ...] = (stage,) if small else (1, 2)
+    flight_points: tuple[int, ...] = (1,) if in_flight <= 1 else (1, 2)
     start = time.perf_counter()
     try:
-        if rank_params <= MAX_TRACED_PARAMS or shape.family in ("cnn", "vit"):
-            layers_arg = stage if stage != shape.layers else None
-            phases, act, casts = _trace_once(
-                config, spec, shape.family, layers_arg, seq, mb, part, grads_persist
-            )
-            peak, cats = _peak(phases)
-            layers: tuple[int, ...] = (stage,)
-            extrapolated = False
-        else:
-            ph1, a1, c1 = _trace_once(config, spec, shape.family, 1, seq, mb, part, grads_persist)
-            ph2, a2, c2 = _trace_once(config, spec, shape.family, 2, seq, mb, part, grads_persist)
-            phases = _extrapolate(ph1, ph2, stage - 1)
-            peak, cats = _peak(phases)
-            act = a1 + (stage - 1) * (a2 - a1)
-            casts = c1 + (stage - 1) * (c2 - c1)
-            layers, extrapolated = (1, 2), True
+        terms: list[tuple[float, dict[str, Phase]]] = []
+        act = casts = 0.0
+        for wl, n_layers in zip(_line(layer_points, stage), layer_points, strict=True):
+            for wk, k in zip(_line(flight_points, in_flight), flight_points, strict=True):
+                layers_arg = n_layers if n_layers != shape.layers else None
+                ph, a, c = _trace_once(
+                    config, spec, shape.family, layers_arg, seq, mb, part, grads_persist, k
+                )
+                terms.append((wl * wk, ph))
+                act += wl * wk * a
+                casts += wl * wk * c
+        phases = terms[0][1] if len(terms) == 1 else _mix(terms)
+        if len(flight_points) > 1:
+            # the snapshots at the edges of forward and backward lie inside the peak windows
+            # (peak_fw, peak_bw) but are the latest of several calls, which one moving with the
+            # micro-batches held: they do not grow linearly, and the peaks bound them
+            phases = {k: v for k, v in phases.items() if k not in _EDGE_PHASES}
+        peak, cats = _peak(phases)
+        extrapolated = len(layer_points) > 1
     except GpuPlanError:
         raise
     except Exception as exc:  # noqa: BLE001 - a model the tracer cannot run is a user-facing limit
@@ -608,13 +692,16 @@ def trace_memory(
         phases={key: dict(phase[1]) for key, phase in phases.items()},
         activations_after_forward=act,
         weight_casts_bytes=casts,
-        layers_traced=layers,
+        layers_traced=layer_points,
         extrapolated=extrapolated,
+        in_flight_traced=flight_points,
         wall_s=time.perf_counter() - start,
     )
 
 
-def _sharded_peak(traced: TraceResult, spec: Any, st: Any) -> tuple[dict[str, float], str]:
+def _sharded_peak(
+    traced: TraceResult, spec: Any, st: Any, pipeline_stage: PipelineStage = "first"
+) -> tuple[dict[str, float], str]:
     """One rank's bytes by category at its peak phase, under the strategy's sharding, and
     what was done to the traced replica to get them ("" when nothing is sharded).
 
@@ -637,7 +724,7 @@ def _sharded_peak(traced: TraceResult, spec: Any, st: Any) -> tuple[dict[str, fl
     per_unit = lay.param_ranks > 1 and lay.gathered_layers > 0 and not lay.unsharded_compute_params
     held = 0.0
     if per_unit:
-        stage = memory.stage_params(shape, st)
+        stage = memory.stage_params(shape, st, pipeline_stage)
         tr = memory.trained(shape, job, st, stage, lay)
         w = memory.weight_bytes(shape, job, st, stage, lay, tr, [])
         held = w.gathered + w.compute_copies
@@ -673,26 +760,16 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
 
     The traced peak is taken as the model part of ``peak_allocated``; sharding
     is applied by scaling params/grads/optimizer categories as the analytic
-    model does, and the analytic runtime overheads are added on top.
+    model does, and the analytic runtime overheads are added on top. With pipeline
+    parallelism the first and the last stage are traced apart, as the analytic model
+    sizes them, and the estimate is the one that peaks higher.
     """
     import math
 
-    from gpuplan.estimate import overheads as ovh
     from gpuplan.estimate.fit import model_shape
+    from gpuplan.estimate.frameworks import FRAMEWORKS
 
     st = analytic.strategy
-    part = None
-    if st.tp > 1 or st.pp > 1:
-        layers = model_shape(spec.model).layers
-        part = RankSlice(
-            tp=st.tp,
-            stage_layers=math.ceil(layers / st.pp) if st.pp > 1 else None,
-            in_flight=min(st.pp, st.grad_accum) if st.pp > 1 else 1,
-            pipelined=st.pp > 1,
-        )
-    from gpuplan.estimate.frameworks import FRAMEWORKS
-    from gpuplan.estimate.memory import reserve_note, restate_reserve, squeezed_reserve
-
     engine = FRAMEWORKS[spec.framework].engine
     if engine != "pytorch" and st.sharding != "none" and st.dp > 1:
         raise SpecError(
@@ -700,8 +777,73 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             "is estimated analytically only",
             hint="drop --trace, or set framework: hf",
         )
+    shape = model_shape(spec.model)
+    if st.tp <= 1 and st.pp <= 1:
+        return _traced_estimate(spec, analytic, None)
+    stage_layers = math.ceil(shape.layers / st.pp) if st.pp > 1 else None
+    if st.pp <= 1 or shape.family in ("cnn", "vit"):
+        # vision models are not cut at the ends: the whole stage, the first's micro-batches
+        part = RankSlice(
+            tp=st.tp, stage_layers=stage_layers, in_flight=pipeline.in_flight(st, "first")
+        )
+        return _traced_estimate(spec, analytic, part)
+    results = [
+        _traced_estimate(
+            spec,
+            analytic,
+            RankSlice(
+                tp=st.tp,
+                stage_layers=stage_layers,
+                stage=stage,
+                in_flight=pipeline.in_flight(st, stage),
+            ),
+        )
+        for stage in PIPELINE_STAGES
+    ]
+    peaks = tuple(
+        StagePeak(
+            stage=stage,
+            peak_allocated_bytes=r.memory.peak_allocated_bytes,
+            peak_reserved_bytes=r.memory.peak_reserved_bytes,
+            device_used_bytes=r.memory.device_used_bytes,
+        )
+        for stage, r in zip(PIPELINE_STAGES, results, strict=True)
+    )
+    first, last = results
+    worst, other = (
+        (last, first)
+        if peaks[1].device_used_bytes > peaks[0].device_used_bytes
+        else (
+            first,
+            last,
+        )
+    )
+    # the analytic estimate's line on its own stages gives way to the traced one
+    kept = tuple(a for a in worst.memory.assumptions if not a.startswith("pipeline: the "))
+    memory = dataclasses.replace(
+        worst.memory,
+        pipeline_stages=peaks,
+        assumptions=(
+            *kept,
+            f"traced pipeline: the {worst.memory.pipeline_stage} stage peaks higher "
+            f"({worst.memory.device_used_bytes / 2**30:.1f} GiB device used) than the "
+            f"{other.memory.pipeline_stage} ({other.memory.device_used_bytes / 2**30:.1f} GiB); "
+            + pipeline.describe(st),
+        ),
+    )
+    return dataclasses.replace(worst, memory=memory)
+
+
+def _traced_estimate(spec: Any, analytic: Any, part: RankSlice | None) -> Any:
+    """The analytic FitResult with one traced rank's memory in place of its own."""
+    from gpuplan.estimate import overheads as ovh
+    from gpuplan.estimate.fit import model_shape
+    from gpuplan.estimate.memory import reserve_note, restate_reserve, squeezed_reserve
+
+    st = analytic.strategy
+    stage = part.stage if part is not None else None
     traced = trace_memory(spec, part, grads_persist=st.grad_accum > 1)
-    cats, shard_note = _sharded_peak(traced, spec, st)
+    cats, shard_note = _sharded_peak(traced, spec, st, stage or "first")
     model_bytes = sum(cats.values())
     m = analytic.memory
     cublas = ovh.cublas_workspace_bytes(analytic.gpu)
@@ -725,22 +867,8 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
         + shard_note
     )
     if part is not None:
-        note += (
-            f"; one rank's slice: linears sharded by tp={part.tp} (column-parallel QKV/gate/up, "
-            "row-parallel out/down, vocab-parallel embedding and head), no sequence parallelism"
-            + (
-                " (the layout's sequence parallelism is not traced: norm inputs and the "
-                "column-parallel linears' inputs stay whole, so this peak is an upper bound; "
-                "parallelism.sequence_parallel: false compares like with like)"
-                if st.sequence_parallel
-                else ""
-            )
-        )
-        if part.pipelined:
-            note += (
-                f", {part.stage_layers} stage layers holding {part.in_flight} micro-batches "
-                "(one reaches the head), embedding and head weights held once"
-            )
+        decoder = model_shape(spec.model).family == "decoder"
+        note += f"; one rank's slice: {_slice_note(part, st, decoder)}"
     if spec.activation_checkpointing in ("selective", "selective-op"):
         note += (
             f"; {spec.activation_checkpointing} checkpointing traced as full (Hugging Face models "
@@ -763,5 +891,45 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
         ),
         basis="traced",
         steady_reserve_bytes=steady,
+        pipeline_stage=stage,
+        pipeline_stages=(),
     )
     return dataclasses.replace(analytic, memory=memory)
+
+
+def _slice_note(part: RankSlice, st: Any, decoder: bool) -> str:
+    """What the traced rank holds, for the estimate's assumptions."""
+    note = ""
+    if part.tp > 1:
+        note = (
+            f"linears sharded by tp={part.tp} (column-parallel QKV/gate/up, row-parallel "
+            "out/down, vocab-parallel embedding and head), no sequence parallelism"
+        )
+        if st.sequence_parallel:
+            note += (
+                " (the layout's sequence parallelism is not traced: norm inputs and the "
+                "column-parallel linears' inputs stay whole, so this peak is an upper bound; "
+                "parallelism.sequence_parallel: false compares like with like)"
+            )
+    if part.stage_layers is not None:
+        if part.stage is None:
+            held = "the embedding and the head both (vision models are not cut at the ends)"
+        elif part.stage == "first":
+            held = "the embedding, no final norm or head"
+        elif decoder:
+            held = "the final norm, the LM head and the loss, no embedding"
+        else:
+            held = "no embedding (an encoder is traced without a pretraining head)"
+        grown = (
+            f"{part.in_flight:.2f} micro-batches in flight (traced at 1 and 2, grown linearly), "
+            "each run forward before the first backward"
+            + (", one reaching the head" if part.stage == "last" and decoder else "")
+            if part.in_flight > 1
+            else "1 micro-batch in flight"
+        )
+        note += (
+            (", " if note else "")
+            + f"pipeline stage {part.stage or '(whole)'}: {part.stage_layers} layers with "
+            + f"{held}; {grown}"
+        )
+    return note
