@@ -56,6 +56,15 @@ separate ops."""
 EAGER_DROPOUT_PASSES = 4
 """Attention dropout: forward reads and writes (2), backward reads and writes (2), plus its
 1-byte mask written and read."""
+DEQUANT_BYTES_PER_WEIGHT = 2.5
+"""Bytes a 4-bit (NF4) base weight moves each time it is used: its packed nibbles read (0.5)
+and the 16-bit weight written (2); the block scales (at most 1/16 byte a weight) are left
+out. QLoRA's linears dequantize the whole weight at every use and run a 16-bit GEMM:
+bitsandbytes ``MatMul4Bit`` (``autograd/_functions.py``) calls ``dequantize_4bit`` in forward
+and again in backward for the input gradient, torchao's ``LinearNF4`` (``dtypes/nf4tensor.py``,
+torchtune's QLoRA) does ``weight.to(input.dtype)`` in both; a checkpointed layer's recompute
+dequantizes once more. Priced as one streaming pass at the achieved bandwidth per use (a fused
+kernel: torch.compile fuses torchao's eager unpack, lookup and scale ops)."""
 KERNELS_PER_LAYER = 40
 """Kernel launches per transformer layer for forward + backward in eager PyTorch."""
 
@@ -185,6 +194,7 @@ def transformer_step(
     cast_bytes = 0.0
     t_gemm_kept = 0.0  # forward GEMM time whose output per-op checkpointing keeps
     t_gemm_fwd = 0.0
+    t_deq = t_deq_kept = 0.0  # one dequantization of the layer's 4-bit base weights (QLoRA)
     mms = [lin for lin in shape.linears if lin.role != "router"]
     kept_linears = {id(lin) for lin in mms[0::2]}
     for lin in shape.linears:
@@ -224,8 +234,14 @@ def transformer_step(
         )
         t_gemm += t_all
         t_gemm_fwd += t_lin
+        deq = 0.0
+        if tr.quantized_base and lin.role != "router":
+            w = lin.in_features * lin.out_features / tp * lin.count
+            deq = w * DEQUANT_BYTES_PER_WEIGHT / (bw * eff.hbm) + eff.kernel_overhead_s
+            t_deq += deq
         if id(lin) in kept_linears:
             t_gemm_kept += t_lin
+            t_deq_kept += deq
     # attention core (per layer, causal halves the work with flash)
     width_q = shape.heads * shape.head_dim / tp
     attn_fwd = (
@@ -253,15 +269,18 @@ def transformer_step(
     saved = per_tp_rank(items, tp, st.sequence_parallel) * tokens
     t_elem = (ELEMENTWISE_PASSES * saved + cast_bytes) / (bw * eff.hbm)
     t_launch = KERNELS_PER_LAYER * eff.kernel_overhead_s
-    layer_fwd_share = t_gemm / 3 + t_attn / (1 + FLASH_BWD_FACTOR) + t_elem / 3
-    per_layer = t_gemm + t_attn + t_elem + t_launch
+    layer_fwd_share = t_gemm / 3 + t_attn / (1 + FLASH_BWD_FACTOR) + t_elem / 3 + t_deq
+    # a 4-bit base weight is dequantized in forward and again for the input gradient
+    per_layer = t_gemm + t_attn + t_elem + t_launch + 2 * t_deq
     if st.activation_checkpointing == "full":
         per_layer += layer_fwd_share
     elif st.activation_checkpointing == "selective":
         per_layer += t_attn / (1 + FLASH_BWD_FACTOR)
     elif st.activation_checkpointing == "selective-op":
         # the forward again, less the attention and the matmuls whose outputs were kept
-        per_layer += t_gemm / (1 + (2.0 if tr.full else 1.0)) - t_gemm_kept + t_elem / 3
+        per_layer += (
+            t_gemm / (1 + (2.0 if tr.full else 1.0)) - t_gemm_kept + t_elem / 3 + t_deq - t_deq_kept
+        )
     layer_s = layers * per_layer
     # LM head + loss on the last stage (vocab-parallel under TP)
     head_s = head_fwd = 0.0
@@ -300,6 +319,7 @@ def transformer_step(
             + t_attn / ((1 + FLASH_BWD_FACTOR) if fused_attention else 3)
             + t_elem * 2 / ELEMENTWISE_PASSES
             + t_launch / 3
+            + t_deq
         )
         + head_fwd,
         parts={
@@ -307,7 +327,8 @@ def transformer_step(
             "attention": layers * t_attn,
             "elementwise": layers * t_elem,
             "kernel launches": layers * t_launch,
-            "recompute": layer_s - layers * (t_gemm + t_attn + t_elem + t_launch),
+            "4-bit dequantize": layers * 2 * t_deq,
+            "recompute": layer_s - layers * (t_gemm + t_attn + t_elem + t_launch + 2 * t_deq),
             "lm head + loss": head_s,
         },
     )

@@ -22,6 +22,7 @@ from gpuplan.estimate.activations import Numerics, Trainable, layer_items_cached
 from gpuplan.estimate.calibration import ArchEfficiency, efficiencies, for_dtype
 from gpuplan.estimate.compute import (
     CNN_KERNELS,
+    DEQUANT_BYTES_PER_WEIGHT,
     EAGER_DROPOUT_PASSES,
     EAGER_SCORE_PASSES,
     MEGATRON_SOFTMAX_PASSES,
@@ -315,6 +316,17 @@ def estimate_time(
                 + "; the saved probabilities (and dropout output) are also in the element-wise "
                 "term's saved activations (kept: see docs/accuracy.md, 'Eager attention's "
                 "score traffic')"
+            )
+        if tr.quantized_base:
+            uses = (
+                "forward, input gradient and recompute"
+                if st.activation_checkpointing in ("full", "selective-op")
+                else "forward and input gradient"
+            )
+            assumptions.append(
+                "4-bit base weights (QLoRA) dequantized to 16 bits at every use "
+                f"({uses}; bitsandbytes MatMul4Bit, torchao LinearNF4): "
+                f"{DEQUANT_BYTES_PER_WEIGHT} bytes a weight per use at the achieved bandwidth"
             )
         tokens_per_sample = seq
     virt = eff_all.virtualization.get(topo.hosting, 1.0) * topo.compute_fraction
