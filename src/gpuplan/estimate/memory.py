@@ -971,27 +971,102 @@ def _estimate(
     args = (shape, job, st, cublas, cap, cap_basis, safety_margin, image_size, reserve_fraction)
     if st.pp <= 1 or shape.family == "cnn":
         return _stage_estimate(*args, "first")
-    first, last = (_stage_estimate(*args, s) for s in PIPELINE_STAGES)
+    # the totals of both stages are cheap; the explained estimate is built for the higher only
+    # (a layout search asks for thousands of pipelined layouts)
+    totals = {
+        stage: _stage_totals(
+            shape, job, st, cublas, cap, safety_margin, image_size, reserve_fraction, stage
+        )
+        for stage in PIPELINE_STAGES
+    }
     peaks = tuple(
         StagePeak(
-            stage=m.pipeline_stage or "first",
-            peak_allocated_bytes=m.peak_allocated_bytes,
-            peak_reserved_bytes=m.peak_reserved_bytes,
-            device_used_bytes=m.device_used_bytes,
+            stage=stage,
+            peak_allocated_bytes=t.allocated,
+            peak_reserved_bytes=t.reserved,
+            device_used_bytes=t.used,
         )
-        for m in (first, last)
+        for stage, t in totals.items()
     )
+    first, last = peaks
     worst, other = (
         (last, first) if last.device_used_bytes > first.device_used_bytes else (first, last)
     )
+    est = _stage_estimate(*args, worst.stage, totals[worst.stage])
     note = (
-        f"pipeline: the {worst.pipeline_stage} stage peaks higher "
+        f"pipeline: the {worst.stage} stage peaks higher "
         f"({worst.device_used_bytes / 2**30:.1f} GiB device used) than the "
-        f"{other.pipeline_stage} ({other.device_used_bytes / 2**30:.1f} GiB): the first holds "
+        f"{other.stage} ({other.device_used_bytes / 2**30:.1f} GiB): the first holds "
         "the embedding and the most micro-batches in flight, the last the LM head and the loss; "
         + pipeline.describe(st)
     )
-    return dataclasses.replace(worst, pipeline_stages=peaks, assumptions=(*worst.assumptions, note))
+    return dataclasses.replace(est, pipeline_stages=peaks, assumptions=(*est.assumptions, note))
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _StageTotals:
+    """The numbers of one stage's estimate, before it is explained (:func:`_stage_estimate`)."""
+
+    model: ModelBytes
+    accumulating: bool
+    fwd_bwd: float
+    step: float
+    runtime: RuntimeBytes
+    allocated: float
+    reserve: float
+    usable: float
+    resident: float
+
+    @property
+    def reserved(self) -> float:
+        return self.allocated + self.reserve
+
+    @property
+    def used(self) -> float:
+        """Device used, a paged optimizer's resident state included."""
+        return self.reserved + self.runtime.context + self.runtime.nccl + self.resident
+
+
+def _stage_totals(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    cublas: float,
+    cap: float,
+    safety_margin: float,
+    image_size: int | None,
+    reserve_fraction: float,
+    pipeline_stage: PipelineStage,
+) -> _StageTotals:
+    mb = model_bytes(shape, job, st, image_size, pipeline_stage)
+    w, ts, act = mb.weights, mb.training_state, mb.activations
+    # gradients are there through forward/backward when micro-batches accumulate, or
+    # when zero_grad zeroes them in place instead of freeing them
+    accumulating = st.grad_accum > 1 or job.grads_kept
+    live = act.total + ts.gradients if accumulating else max(act.total, ts.gradients)
+    fwd_bwd = w.stored + w.gathered + w.compute_copies + ts.optimizer_state + live
+    # after backward the gathered layers are resharded: the step sees stored parameters only
+    step = w.stored + ts.optimizer_state + ts.gradients + ts.step_temporaries
+    rt = runtime_bytes(job, st, cublas, max(fwd_bwd, step), reserve_fraction)
+    allocated = max(fwd_bwd, step) + rt.cublas
+    usable = cap * (1 - safety_margin)
+    reserve = squeezed_reserve(rt.reserve, allocated, rt.context + rt.nccl, usable)
+    used = allocated + reserve + rt.context + rt.nccl
+    # a paged optimizer's unified-memory state: resident where the card has room (within the
+    # safety margin), paged out to the host beyond that, so nvidia-smi counts it but it never
+    # makes a job fail
+    resident = min(ts.paged_state, max(0.0, usable - used))
+    return _StageTotals(
+        model=mb,
+        accumulating=accumulating,
+        fwd_bwd=fwd_bwd,
+        step=step,
+        runtime=rt,
+        allocated=allocated,
+        reserve=reserve,
+        usable=usable,
+        resident=resident,
+    )
 
 
 def _stage_estimate(
@@ -1005,18 +1080,15 @@ def _stage_estimate(
     image_size: int | None,
     reserve_fraction: float,
     pipeline_stage: PipelineStage,
+    totals: _StageTotals | None = None,
 ) -> MemoryEstimate:
-    mb = model_bytes(shape, job, st, image_size, pipeline_stage)
+    t = totals or _stage_totals(
+        shape, job, st, cublas, cap, safety_margin, image_size, reserve_fraction, pipeline_stage
+    )
+    mb = t.model
     w, ts, act, lay, tr = mb.weights, mb.training_state, mb.activations, mb.layout, mb.trained
     assumptions = list(mb.assumptions)
-
-    # gradients are there through forward/backward when micro-batches accumulate, or
-    # when zero_grad zeroes them in place instead of freeing them
-    accumulating = st.grad_accum > 1 or job.grads_kept
-    live = act.total + ts.gradients if accumulating else max(act.total, ts.gradients)
-    fwd_bwd = w.stored + w.gathered + w.compute_copies + ts.optimizer_state + live
-    # after backward the gathered layers are resharded: the step sees stored parameters only
-    step = w.stored + ts.optimizer_state + ts.gradients + ts.step_temporaries
+    accumulating, fwd_bwd, step, rt = t.accumulating, t.fwd_bwd, t.step, t.runtime
     if fwd_bwd >= step:
         phase = "forward/backward"
         parts = {
@@ -1033,18 +1105,10 @@ def _stage_estimate(
             "optimizer": ts.optimizer_state + ts.step_temporaries,
             "activations": 0.0,
         }
-    rt = runtime_bytes(job, st, cublas, max(fwd_bwd, step), reserve_fraction)
-    allocated = max(fwd_bwd, step) + rt.cublas
-    usable = cap * (1 - safety_margin)
-    reserve = squeezed_reserve(rt.reserve, allocated, rt.context + rt.nccl, usable)
-    reserved = allocated + reserve
-    used = reserved + rt.context + rt.nccl
-    # a paged optimizer's unified-memory state: resident where the card has room (within the
-    # safety margin), paged out to the host beyond that, so nvidia-smi counts it but it never
-    # makes a job fail
-    resident = min(ts.paged_state, max(0.0, usable - used))
-    fits = used <= usable
-    used += resident
+    allocated, reserve, usable, resident = t.allocated, t.reserve, t.usable, t.resident
+    reserved = t.reserved
+    fits = t.used - resident <= usable
+    used = t.used
     parts["optimizer"] += resident
     breakdown = {**parts, "overhead": used - sum(parts.values())}
     details = dict(w.lines + ts.lines)
