@@ -130,6 +130,12 @@ class Item:
 
     name: str
     bytes_per_token: float
+    lora: bool = False
+    """Kept for a LoRA adapter (its input, dropout copy, input cast or ``A`` output)."""
+    branch: bool = False
+    """Made by the adapter branch itself (dropout copy, input cast, ``A`` output), not by the
+    base layer: the time model prices the branch's traffic on its own
+    (:mod:`gpuplan.estimate.adapter_time`)."""
     tp_replicated: bool = False
     """Outside the tensor-parallel region (a norm's input, the input of a column-parallel
     linear, a residual dropout mask, a checkpointed layer input): every tp rank keeps all of
@@ -257,6 +263,8 @@ def _linear_inputs(
                 Item(
                     name=f"{where} LoRA input casts ({'/'.join(lora)})",
                     bytes_per_token=len(lora) * (tr.adapter_bytes + mask) * width,
+                    lora=True,
+                    branch=True,
                 )
             )
         elif mask:
@@ -265,14 +273,25 @@ def _linear_inputs(
                 Item(
                     name=f"{where} LoRA dropout ({'/'.join(lora)})",
                     bytes_per_token=len(lora) * (a + 1) * width,
+                    lora=True,
+                    branch=True,
                 )
             )
         elif not any(tr.saves_input(r) for r in roles):
             items.append(
-                Item(name=f"{where} LoRA input ({'/'.join(lora)})", bytes_per_token=a * width)
+                Item(
+                    name=f"{where} LoRA input ({'/'.join(lora)})",
+                    bytes_per_token=a * width,
+                    lora=True,
+                )
             )
         items.append(
-            Item(name=f"{where} LoRA A outputs", bytes_per_token=len(lora) * a * tr.lora_rank)
+            Item(
+                name=f"{where} LoRA A outputs",
+                bytes_per_token=len(lora) * a * tr.lora_rank,
+                lora=True,
+                branch=True,
+            )
         )
     return [
         dataclasses.replace(i, tp_replicated=column_parallel, gathered_input=column_parallel)
@@ -409,7 +428,7 @@ def _mlp(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
     down_roles = ("down",) if shape.gated else ("fc2",)
     down = _linear_inputs(down_roles, f, num, tr, "mlp down")
     if num.compiled:  # the down-projection input is a pointwise product: recomputed
-        down = [i for i in down if "LoRA" in i.name]
+        down = [i for i in down if i.lora]
     items += [dataclasses.replace(i, bytes_per_token=i.bytes_per_token * k) for i in down]
     if shape.hidden_dropout > 0:
         items.append(Item(name="mlp residual dropout mask", bytes_per_token=h, tp_replicated=True))

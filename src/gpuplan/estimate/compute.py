@@ -22,6 +22,7 @@ import functools
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate.activations import Item, Trainable, per_tp_rank
+from gpuplan.estimate.adapter_time import AdapterImpl, adapter_layer_time
 from gpuplan.estimate.calibration import ATTENTION_PRIOR, ArchEfficiency
 from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.strategy import Strategy
@@ -164,6 +165,8 @@ def transformer_step(
     eff16: ArchEfficiency | None = None,
     score_bytes: int = 4,
     score_passes: int = EAGER_SCORE_PASSES,
+    adapter: AdapterImpl | None = None,
+    adapter_peak: float = 0.0,
 ) -> ComputeTime:
     """Compute time of the worst pipeline stage for one micro-batch.
 
@@ -179,6 +182,9 @@ def transformer_step(
     :data:`MEGATRON_SOFTMAX_PASSES`).
     ``attention_seq`` is the length each token attends over (packed rows with document
     masking attend within a document); default ``seq``.
+    ``adapter``: how the LoRA branches run (:mod:`gpuplan.estimate.adapter_time`), priced at
+    ``adapter_peak`` FLOP/s for their GEMMs; their saved tensors then leave the element-wise
+    term (``Item.branch``), which would otherwise price them a second time.
     """
     ctx = attention_seq or seq
     # a GEMM's fixed cost (launch, tail, wave quantisation) is a time: in FLOPs it grows
@@ -266,12 +272,29 @@ def transformer_step(
         sq_bytes = elements * (passes * score_bytes + (2 if dropout else 0))
         t_attn = 3 * _gemm_time(attn_fwd, sq_bytes / 3, peak, bw, eff)
         attn_hw = attn_fwd * 3
+    t_adapt_fwd = t_adapt = 0.0
+    if adapter is not None and not tr.full and tr.lora_roles:
+        items = tuple(i for i in items if not i.branch)
+        t_adapt_fwd, t_adapt = adapter_layer_time(
+            shape,
+            tr.lora_roles,
+            tr.lora_rank,
+            adapter,
+            tokens=tokens,
+            tp=tp,
+            experts_per_token=k_routed,
+            peak=adapter_peak or peak16,
+            bw=bw,
+            eff=eff,
+        )
     saved = per_tp_rank(items, tp, st.sequence_parallel) * tokens
     t_elem = (ELEMENTWISE_PASSES * saved + cast_bytes) / (bw * eff.hbm)
     t_launch = KERNELS_PER_LAYER * eff.kernel_overhead_s
-    layer_fwd_share = t_gemm / 3 + t_attn / (1 + FLASH_BWD_FACTOR) + t_elem / 3 + t_deq
+    layer_fwd_share = (
+        t_gemm / 3 + t_attn / (1 + FLASH_BWD_FACTOR) + t_elem / 3 + t_deq + t_adapt_fwd
+    )
     # a 4-bit base weight is dequantized in forward and again for the input gradient
-    per_layer = t_gemm + t_attn + t_elem + t_launch + 2 * t_deq
+    per_layer = t_gemm + t_attn + t_elem + t_launch + 2 * t_deq + t_adapt
     if st.activation_checkpointing == "full":
         per_layer += layer_fwd_share
     elif st.activation_checkpointing == "selective":
@@ -279,7 +302,12 @@ def transformer_step(
     elif st.activation_checkpointing == "selective-op":
         # the forward again, less the attention and the matmuls whose outputs were kept
         per_layer += (
-            t_gemm / (1 + (2.0 if tr.full else 1.0)) - t_gemm_kept + t_elem / 3 + t_deq - t_deq_kept
+            t_gemm / (1 + (2.0 if tr.full else 1.0))
+            - t_gemm_kept
+            + t_elem / 3
+            + t_deq
+            - t_deq_kept
+            + t_adapt_fwd
         )
     layer_s = layers * per_layer
     # LM head + loss on the last stage (vocab-parallel under TP)
@@ -320,6 +348,7 @@ def transformer_step(
             + t_elem * 2 / ELEMENTWISE_PASSES
             + t_launch / 3
             + t_deq
+            + t_adapt_fwd
         )
         + head_fwd,
         parts={
@@ -328,7 +357,9 @@ def transformer_step(
             "elementwise": layers * t_elem,
             "kernel launches": layers * t_launch,
             "4-bit dequantize": layers * 2 * t_deq,
-            "recompute": layer_s - layers * (t_gemm + t_attn + t_elem + t_launch + 2 * t_deq),
+            "LoRA adapters": layers * t_adapt,
+            "recompute": layer_s
+            - layers * (t_gemm + t_attn + t_elem + t_launch + 2 * t_deq + t_adapt),
             "lm head + loss": head_s,
         },
     )

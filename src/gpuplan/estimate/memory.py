@@ -305,6 +305,21 @@ def _engine_16bit(lay: StateLayout) -> bool:
     return lay.engine in ("deepspeed", "apex") and lay.param_bytes == 2
 
 
+def adapter_bytes(job: MemoryJob, lay: StateLayout) -> int:
+    """Bytes of a LoRA adapter weight element. An engine that casts the whole module to 16
+    bits casts the adapters too; PEFT (framework hf) upcasts them to fp32
+    (``autocast_adapter_dtype=True``, its default); litgpt and torchtune keep them in the
+    model dtype (fp32 under autocast)."""
+    if _engine_16bit(lay):
+        return 2
+    fp32 = (
+        FRAMEWORKS[job.framework].fp32_adapters
+        or job.precision.endswith("-mixed")
+        or job.precision in ("fp32", "tf32")
+    )
+    return 4 if fp32 else 2
+
+
 def trained(
     shape: Shape, job: MemoryJob, st: Strategy, stage: StageParams, lay: StateLayout
 ) -> Trained:
@@ -318,20 +333,11 @@ def trained(
             master_bytes=lay.master_bytes,
         )
     adapters = adapter_params_per_layer(shape, job.lora_roles, job.lora_rank) * stage.layers / st.tp
+    adapter_b = adapter_bytes(job, lay)
     if _engine_16bit(lay):
         # the engine casts the module (adapters included) to 16 bits; fp32 master in the optimizer
-        adapter_b = 2
         grad_b, state_b, master_b = lay.grad_bytes, lay.state_bytes, lay.master_bytes
     else:
-        # PEFT (framework hf) upcasts adapters to fp32 (autocast_adapter_dtype=True, the
-        # default); litgpt and torchtune keep them in the model dtype
-        adapter_b = (
-            4
-            if FRAMEWORKS[job.framework].fp32_adapters
-            or job.precision.endswith("-mixed")
-            or job.precision in ("fp32", "tf32")
-            else 2
-        )
         grad_b = state_b = adapter_b
         master_b = 0
     return Trained(

@@ -19,6 +19,7 @@ import math
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import comm
 from gpuplan.estimate.activations import Numerics, Trainable, layer_items_cached
+from gpuplan.estimate.adapter_time import AdapterImpl
 from gpuplan.estimate.calibration import ArchEfficiency, efficiencies, for_dtype
 from gpuplan.estimate.compute import (
     CNN_KERNELS,
@@ -35,8 +36,8 @@ from gpuplan.estimate.compute import (
 from gpuplan.estimate.frameworks import DS_COALESCED_GATHERS, FRAMEWORKS
 from gpuplan.estimate.gathers import deepspeed_parameter_gathers
 from gpuplan.estimate.lora import adapter_params_per_layer
-from gpuplan.estimate.memory import MemoryJob
-from gpuplan.estimate.numerics import PRECISIONS
+from gpuplan.estimate.memory import MemoryJob, adapter_bytes, layout_for
+from gpuplan.estimate.numerics import PRECISIONS, PrecisionBytes
 from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.strategy import Strategy
 
@@ -182,6 +183,49 @@ def _score_bytes(job: MemoryJob) -> int:
     return 2 if pb.act == 2 and not autocast else 4
 
 
+def _adapter_impl(job: MemoryJob, st: Strategy, pb: PrecisionBytes, adapter_b: int) -> AdapterImpl:
+    """How this job's engine runs the LoRA branches: PEFT's casts under framework hf (and its
+    ``Linear4bit`` for QLoRA), plain ops in the adapters' dtype elsewhere. The fp32 stream of
+    PEFT's QLoRA comes from ``prepare_model_for_kbit_training``, which TRL skips for sharded
+    QLoRA (FSDP, ZeRO-3: ``is_sharded_qlora`` in TRL's ``prepare_peft_model``), whose 4-bit
+    weights are stored in the 16-bit dtype."""
+    fw = FRAMEWORKS[job.framework]
+    peft = fw.fp32_adapters
+    sharded = st.sharding in ("fsdp", "hsdp", "zero3")
+    return AdapterImpl(
+        adapter_bytes=adapter_b,
+        act_bytes=pb.act,
+        autocast=pb.autocast and fw.engine == "pytorch",
+        dropout=job.lora_dropout > 0,
+        peft=peft,
+        four_bit_base=peft and job.method == "qlora",
+        compiled=job.compiled,
+        fused_qkv=fw.engine == "megatron",
+        fp32_stream=peft and job.method == "qlora" and not sharded,
+    )
+
+
+def _adapter_assumption(impl: AdapterImpl) -> str:
+    """One line on how the adapter branches are priced."""
+    dtype = "16-bit" if impl.autocast or impl.adapter_bytes == 2 else "fp32"
+    casts = (
+        "; PEFT's casts to and from the adapters' fp32"
+        if impl.peft and impl.adapter_bytes != impl.act_bytes and not impl.four_bit_base
+        else ""
+    )
+    stream = (
+        "; fp32 norms (PEFT's prepare_model_for_kbit_training, TRL) make an fp32 residual "
+        "stream: element-wise ops in fp32 and each 4-bit linear casts its input and output"
+        if impl.fp32_stream
+        else ""
+    )
+    return (
+        f"LoRA branches (A, B, scaling, add{', dropout' if impl.dropout else ''}{casts}) run as "
+        f"separate eager ops: their activation traffic at the achieved bandwidth, {dtype} "
+        f"adapter GEMMs (part 'LoRA adapters'){stream}"
+    )
+
+
 def _score_passes(job: MemoryJob, shape: Shape, st: Strategy, seq: int) -> int:
     """Reads and writes of an eager attention score per step: Megatron fuses scale, causal
     mask and softmax where its kernel takes the shape (``FusedScaleMaskSoftmax.
@@ -267,14 +311,21 @@ def estimate_time(
         num = Numerics(act_bytes=pb.act, autocast=pb.autocast, compiled=job.compiled)
         score_bytes = _score_bytes(job)
         score_passes = _score_passes(job, shape, st, max(1, seq // st.cp))
+        adapter_b = adapter_bytes(job, layout_for(job, st))
         tr = Trainable(
             full=full,
             lora_roles=job.lora_roles,
             lora_rank=job.lora_rank,
             lora_dropout=job.lora_dropout,
             quantized_base=job.method == "qlora",
+            adapter_bytes=adapter_b,
         )
-        items = layer_items_cached(shape, num, tr, attn_seq, job.fused_attention)
+        adapter = _adapter_impl(job, st, pb, adapter_b)
+        # an fp32 residual stream (QLoRA through PEFT) runs the element-wise ops in fp32
+        num_time = (
+            dataclasses.replace(num, act_bytes=4, autocast=False) if adapter.fp32_stream else num
+        )
+        items = layer_items_cached(shape, num_time, tr, attn_seq, job.fused_attention)
         ct = transformer_step(
             shape,
             # what the micro-batch's compute depends on (the cache key): not dp, sharding
@@ -302,7 +353,13 @@ def estimate_time(
             eff16=eff_all.arch(gpu),
             score_bytes=score_bytes,
             score_passes=score_passes,
+            adapter=adapter,
+            adapter_peak=peak_flops(
+                gpu, "fp32" if adapter_b == 4 and not adapter.autocast else "bf16"
+            ),
         )
+        if not full:
+            assumptions.append(_adapter_assumption(adapter))
         if not job.fused_attention:
             assumptions.append(
                 f"eager attention: every score read or written {score_passes} times a step "
