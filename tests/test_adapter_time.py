@@ -139,3 +139,33 @@ def test_fms_acceleration_peft_rows_come_closer() -> None:
                 assert abs(predicted / float(row["measured"]) - 1) < 0.12, row["id"]
     for bs in (4, 8):
         assert pred["lora", bs] / pred["full", bs] < 1.3
+
+
+def test_peft_before_0_12_keeps_adapters_in_the_base_dtype() -> None:
+    """PEFT 0.12 added ``autocast_adapter_dtype`` (fp32 adapters on a 16-bit base); before it the
+    adapters took the base weight's dtype: no input cast, 16-bit adapter GEMMs, a cheaper branch
+    and smaller adapter state in memory."""
+    gpu = load_catalog(use_user=False).gpu("A100-80GB")
+
+    def est(peft: str | None):  # type: ignore[no-untyped-def]
+        lora: dict[str, object] = {"rank": 16, "dropout": 0.1, "targets": ["q_proj", "v_proj"]}
+        if peft:
+            lora["peft"] = peft
+        spec = parse_spec(
+            {
+                "model": "mistral-7b",
+                "method": "lora",
+                "lora": lora,
+                "precision": "bf16-true",
+                "seq_len": 2048,
+                "micro_batch_size": 2,
+                "global_batch_size": 2,
+                "framework": "hf",
+            }
+        )
+        return configure(spec, gpu, 1, default_topology(gpu, 1), require_fit=False)
+
+    new, old = est(None), est("0.10.0")
+    assert old.time.parts["LoRA adapters"] < new.time.parts["LoRA adapters"]
+    assert old.fit.memory.peak_allocated_bytes < new.fit.memory.peak_allocated_bytes
+    assert est("0.12.0").time.parts["LoRA adapters"] == new.time.parts["LoRA adapters"]

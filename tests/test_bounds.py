@@ -73,7 +73,10 @@ def test_fit_verdict_follows_the_upper_bound(cat) -> None:  # type: ignore[no-un
     tight = fit(spec, gpu, 1, capacity=(point + upper) / 2)
     assert tight.verdict == "tight"
     assert tight.memory.fits  # the point verdict is unchanged
-    assert fit(spec, gpu, 1, capacity=point * 0.99).verdict == "no"
+    # below the point estimate the allocator first frees its cache (a squeezed reserve, still
+    # "tight"); below what the step allocates nothing fits
+    allocated = fit(spec, gpu, 1).memory.peak_allocated_bytes
+    assert fit(spec, gpu, 1, capacity=allocated * 0.99).verdict == "no"
 
 
 def test_estimate_json_has_bounds_and_verdict(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -84,6 +84,16 @@ class LoraSpec(_Spec):
             "inputs through the next forward."
         ),
     )
+    peft: str | None = Field(
+        default=None,
+        pattern=r"^\d+\.\d+(\.\d+)?$",
+        description=(
+            "framework hf: the PEFT release the job runs, e.g. '0.10.0' (default: a current one). "
+            "From 0.12, get_peft_model keeps the adapters in fp32 on a 16-bit base "
+            "(autocast_adapter_dtype=True) and casts each adapted linear's input to fp32; before "
+            "0.12 the adapters took the base weight's dtype."
+        ),
+    )
 
 
 class DeepSpeedSpec(_Spec):

@@ -117,6 +117,9 @@ def sequence_length(spec: JobSpec, shape: Shape) -> int:
 BNB_FREES_INPUTS = (0, 43, 2)
 """First bitsandbytes release whose ``MatMul4Bit.forward`` stores ``ctx.tensors = (None, B)``
 instead of ``(A, B)`` (bitsandbytes PR #1270, commit 9e753741, 2024-07-16)."""
+PEFT_FP32_ADAPTERS = (0, 12, 0)
+"""PEFT 0.12 added ``autocast_adapter_dtype`` (default True): fp32 adapters on a 16-bit base
+(TRL's ``prepare_peft_model`` checks the same release)."""
 
 
 def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
@@ -126,12 +129,15 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
     dropout = 0.0
     double_quant = True
     bnb_keeps_inputs = False
+    peft_old = False
     if spec.method != "full":
         assert spec.lora is not None
         roles = lora_roles(spec.lora.targets, shape)
         rank, dropout, double_quant = spec.lora.rank, spec.lora.dropout, spec.lora.double_quant
         bnb = spec.lora.bitsandbytes
         bnb_keeps_inputs = bnb is not None and release(bnb) < BNB_FREES_INPUTS
+        peft = spec.lora.peft
+        peft_old = peft is not None and release(peft) < PEFT_FP32_ADAPTERS
     if spec.method == "qlora" and spec.precision in ("fp32", "tf32"):
         raise SpecError(
             "precision: qlora computes in 16 bits; use bf16-mixed, bf16-true, fp16-mixed or fp16-true"
@@ -155,6 +161,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         lora_dropout=dropout,
         double_quant=double_quant,
         bnb_keeps_inputs=spec.method == "qlora" and bnb_keeps_inputs,
+        peft_base_dtype_adapters=peft_old,
         megatron=None
         if spec.megatron is None
         else MegatronOptions(

@@ -98,6 +98,9 @@ class MemoryJob:
     """Layers whose saved activations go to host memory (Megatron ``cpu_offloading``)."""
     bnb_keeps_inputs: bool = False
     """QLoRA on bitsandbytes < 0.43.2: each 4-bit linear's input lives as long as its graph."""
+    peft_base_dtype_adapters: bool = False
+    """PEFT < 0.12 (spec ``lora.peft``): the adapters take the base weight's dtype instead of
+    fp32 (``autocast_adapter_dtype`` came in 0.12)."""
     fused_attention: bool = True
     cudnn_attention: bool = False
     attention_auto: bool = False
@@ -308,12 +311,12 @@ def _engine_16bit(lay: StateLayout) -> bool:
 def adapter_bytes(job: MemoryJob, lay: StateLayout) -> int:
     """Bytes of a LoRA adapter weight element. An engine that casts the whole module to 16
     bits casts the adapters too; PEFT (framework hf) upcasts them to fp32
-    (``autocast_adapter_dtype=True``, its default); litgpt and torchtune keep them in the
-    model dtype (fp32 under autocast)."""
+    (``autocast_adapter_dtype=True``, its default since 0.12; before, they took the base
+    weight's dtype); litgpt and torchtune keep them in the model dtype (fp32 under autocast)."""
     if _engine_16bit(lay):
         return 2
     fp32 = (
-        FRAMEWORKS[job.framework].fp32_adapters
+        (FRAMEWORKS[job.framework].fp32_adapters and not job.peft_base_dtype_adapters)
         or job.precision.endswith("-mixed")
         or job.precision in ("fp32", "tf32")
     )
@@ -356,7 +359,7 @@ def trained(
     )
 
 
-def _gathered_layer_bytes(
+def gathered_layer_bytes(
     shape: Shape, job: MemoryJob, pb: PrecisionBytes, lay: StateLayout
 ) -> float:
     """Bytes of one unsharded layer, in the dtype it is gathered in."""
@@ -445,7 +448,7 @@ def weight_bytes(
             f"{'fp32' if tr.trainable.adapter_bytes == 4 else '16-bit'}"
         )
     if lay.gathered_layers and not lay.unsharded_compute_params:
-        per_elem = _gathered_layer_bytes(shape, job, pb, lay) / shape.params_per_layer
+        per_elem = gathered_layer_bytes(shape, job, pb, lay) / shape.params_per_layer
         elems = min(
             lay.gathered_layers * shape.params_per_layer + lay.gathered_extra_elements,
             lay.gathered_cap_elements,

@@ -36,7 +36,7 @@ from gpuplan.estimate.compute import (
 from gpuplan.estimate.frameworks import DS_COALESCED_GATHERS, FRAMEWORKS
 from gpuplan.estimate.gathers import deepspeed_parameter_gathers
 from gpuplan.estimate.lora import adapter_params_per_layer
-from gpuplan.estimate.memory import MemoryJob, adapter_bytes, layout_for
+from gpuplan.estimate.memory import MemoryJob, adapter_bytes, gathered_layer_bytes, layout_for
 from gpuplan.estimate.numerics import PRECISIONS, PrecisionBytes
 from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.strategy import Strategy
@@ -415,7 +415,13 @@ def estimate_time(
     if replicas > 1:
         if st.sharding in ("zero3", "fsdp", "hsdp"):
             stage_params = (layers_stage * shape.params_per_layer + shape.params_embedding) / st.tp
-            gather_bytes = stage_params * (pb.compute_copy or pb.param if full else 2)
+            if full:
+                gather_bytes = stage_params * (pb.compute_copy or pb.param)
+            else:
+                # a frozen base is gathered as stored: 16-bit, or QLoRA's packed 4-bit weights
+                # (bitsandbytes quant_storage in the 16-bit dtype, what FSDP QLoRA shards)
+                layer = gathered_layer_bytes(shape, job, pb, layout_for(job, st))
+                gather_bytes = (layers_stage * layer + shape.params_embedding * 2) / st.tp
             shard = st.shard_degree
             if job.zero3_parameter_gathers and st.sharding == "zero3":
                 serial, tensors = deepspeed_parameter_gathers(
