@@ -67,7 +67,16 @@ torchtune's QLoRA) does ``weight.to(input.dtype)`` in both; a checkpointed layer
 dequantizes once more. Priced as one streaming pass at the achieved bandwidth per use (a fused
 kernel: torch.compile fuses torchao's eager unpack, lookup and scale ops)."""
 KERNELS_PER_LAYER = 40
-"""Kernel launches per transformer layer for forward + backward in eager PyTorch."""
+"""Kernel launches per transformer layer for forward + backward where kernels are fused
+(Transformer Engine, Megatron, compiled models, MLPerf's apex BERT): a prior, not counted."""
+EAGER_KERNELS_PER_LAYER = {"llama": 113, "gpt2": 76, "bert": 66}
+"""Kernel-launching ops per layer, forward and backward, of Hugging Face transformers' eager
+models, counted with a TorchDispatchMode over a 2-layer model less a 1-layer one (transformers
+5.24 on torch 2.13, views left out; ``scripts/count_eager_kernels.py``): Llama-style
+(RMSNorm as seven ops, RoPE's ``rotate_half`` with slices, ``cat`` and ``neg``, repeated K/V,
+SDPA, SwiGLU) 113; GPT-2-style (layer norms, ``gelu_new`` as a tanh expression, eager attention
+with dropout) 76; BERT-style 66. The LoRA branch's own ops are counted in
+:mod:`gpuplan.estimate.adapter_time`."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,6 +176,7 @@ def transformer_step(
     score_passes: int = EAGER_SCORE_PASSES,
     adapter: AdapterImpl | None = None,
     adapter_peak: float = 0.0,
+    kernels_per_layer: int = KERNELS_PER_LAYER,
 ) -> ComputeTime:
     """Compute time of the worst pipeline stage for one micro-batch.
 
@@ -182,6 +192,8 @@ def transformer_step(
     :data:`MEGATRON_SOFTMAX_PASSES`).
     ``attention_seq`` is the length each token attends over (packed rows with document
     masking attend within a document); default ``seq``.
+    ``kernels_per_layer``: kernel launches of one layer's forward and backward
+    (:data:`EAGER_KERNELS_PER_LAYER` for eager engines, :data:`KERNELS_PER_LAYER` otherwise).
     ``adapter``: how the LoRA branches run (:mod:`gpuplan.estimate.adapter_time`), priced at
     ``adapter_peak`` FLOP/s for their GEMMs; their saved tensors then leave the element-wise
     term (``Item.branch``), which would otherwise price them a second time.
@@ -289,9 +301,14 @@ def transformer_step(
         )
     saved = per_tp_rank(items, tp, st.sequence_parallel) * tokens
     t_elem = (ELEMENTWISE_PASSES * saved + cast_bytes) / (bw * eff.hbm)
-    t_launch = KERNELS_PER_LAYER * eff.kernel_overhead_s
+    t_launch = kernels_per_layer * eff.kernel_overhead_s
     layer_fwd_share = (
-        t_gemm / 3 + t_attn / (1 + FLASH_BWD_FACTOR) + t_elem / 3 + t_deq + t_adapt_fwd
+        t_gemm / 3
+        + t_attn / (1 + FLASH_BWD_FACTOR)
+        + t_elem / 3
+        + t_launch / 3
+        + t_deq
+        + t_adapt_fwd
     )
     # a 4-bit base weight is dequantized in forward and again for the input gradient
     per_layer = t_gemm + t_attn + t_elem + t_launch + 2 * t_deq + t_adapt

@@ -25,7 +25,9 @@ from gpuplan.estimate.compute import (
     CNN_KERNELS,
     DEQUANT_BYTES_PER_WEIGHT,
     EAGER_DROPOUT_PASSES,
+    EAGER_KERNELS_PER_LAYER,
     EAGER_SCORE_PASSES,
+    KERNELS_PER_LAYER,
     MEGATRON_SOFTMAX_PASSES,
     SOFTCAP_PASSES,
     ComputeTime,
@@ -181,6 +183,20 @@ def _score_bytes(job: MemoryJob) -> int:
     pb = PRECISIONS[job.precision]
     autocast = pb.autocast and FRAMEWORKS[job.framework].engine == "pytorch"
     return 2 if pb.act == 2 and not autocast else 4
+
+
+EAGER_FRAMEWORKS = frozenset({"hf", "deepspeed", "litgpt", "torchtune"})
+"""Engines that run the model's own eager PyTorch modules (DeepSpeed wraps a Hugging Face model)."""
+
+
+def _kernels_per_layer(job: MemoryJob, shape: Shape) -> int:
+    """Kernel launches of one layer's forward and backward: counted for Hugging Face's eager
+    models (:data:`EAGER_KERNELS_PER_LAYER`), the fused-kernel prior otherwise."""
+    if job.compiled or job.framework not in EAGER_FRAMEWORKS:
+        return KERNELS_PER_LAYER
+    if shape.norm == "rmsnorm" and shape.rope:
+        return EAGER_KERNELS_PER_LAYER["llama"]
+    return EAGER_KERNELS_PER_LAYER["bert" if shape.family == "encoder" else "gpt2"]
 
 
 def _adapter_impl(job: MemoryJob, st: Strategy, pb: PrecisionBytes, adapter_b: int) -> AdapterImpl:
@@ -354,6 +370,7 @@ def estimate_time(
             score_bytes=score_bytes,
             score_passes=score_passes,
             adapter=adapter,
+            kernels_per_layer=_kernels_per_layer(job, shape),
             adapter_peak=peak_flops(
                 gpu, "fp32" if adapter_b == 4 and not adapter.autocast else "bf16"
             ),
