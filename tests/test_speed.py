@@ -689,3 +689,25 @@ def test_eval_samples_is_checked(cli, tmp_path: Path) -> None:  # type: ignore[n
     assert result.exit_code == 2
     assert "eval_samples" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) <= 2
+
+
+def test_a_gpu_without_pcie_p2p_talks_through_host_memory(cat) -> None:  # type: ignore[no-untyped-def]
+    """The RTX 4090 has no PCIe peer-to-peer on NVIDIA's driver (``gpus.yaml`` ``pcie_p2p``,
+    sourced): NCCL moves its data through host memory, the ``pcie-no-p2p`` link."""
+    eff = efficiencies()
+    rtx, l40s = cat.gpu("RTX-4090"), cat.gpu("L40S")
+    assert not rtx.pcie_p2p and rtx.pcie_p2p_source
+    assert l40s.pcie_p2p
+    slow = comm.intra_link(rtx, default_topology(rtx, 2, intra_node="pcie"), eff)
+    fast = comm.intra_link(l40s, default_topology(l40s, 2, intra_node="pcie"), eff)
+    assert slow.name == "pcie-no-p2p" and fast.name == "pcie"
+    assert slow.bandwidth < fast.bandwidth
+
+
+def test_pcie_p2p_false_needs_its_source() -> None:
+    from gpuplan.catalog.schema import GpuSpec
+
+    rtx = load_catalog(use_user=False).gpu("RTX-4090").model_dump()
+    rtx["pcie_p2p_source"] = None
+    with pytest.raises(ValueError, match="pcie_p2p_source"):
+        GpuSpec.model_validate(rtx)

@@ -144,6 +144,14 @@ class GpuSpec(_Frozen):
         le=6,
         description="Host PCIe generation; None for superchips on NVLink-C2C.",
     )
+    pcie_p2p: bool = Field(
+        default=True,
+        description="Whether NVIDIA's driver gives the GPU PCIe peer-to-peer: without it NCCL "
+        "moves data between GPUs of a node through host memory.",
+    )
+    pcie_p2p_source: str | None = Field(
+        default=None, description="Where pcie_p2p: false is stated (required then)."
+    )
     tdp_w: float | None = Field(default=None, gt=0)
     mig_max_instances: int = Field(default=0, ge=0, description="Max MIG instances; 0 = no MIG.")
     source: str = Field(min_length=3)
@@ -173,6 +181,12 @@ class GpuSpec(_Frozen):
                     f"memory_total_mib {self.memory_total_mib} is {ratio:.2f} x memory_bytes; "
                     "expected the same device memory in MiB"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _p2p_sourced(self) -> GpuSpec:
+        if not self.pcie_p2p and not self.pcie_p2p_source:
+            raise ValueError("pcie_p2p: false needs pcie_p2p_source (where it is stated)")
         return self
 
     @model_validator(mode="after")

@@ -63,7 +63,10 @@ def intra_link(gpu: GpuSpec, topo: Topology, eff: Efficiencies) -> Link:
                 name="nvlink pairs + pcie",
             )
         return Link(bandwidth=bw, latency=le.latency_s, name=kind)
-    key = "pcie" if topo.gpudirect and topo.hosting != "vgpu-slice" else "pcie-no-p2p"
+    # no peer-to-peer (the driver gives the GPU none, or a vGPU slice): NCCL goes through host
+    # memory
+    p2p = topo.gpudirect and gpu.pcie_p2p and topo.hosting != "vgpu-slice"
+    key = "pcie" if p2p else "pcie-no-p2p"
     le = eff.links[key]
     return Link(bandwidth=pcie * le.efficiency, latency=le.latency_s, name=key)
 
