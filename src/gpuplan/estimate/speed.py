@@ -272,6 +272,7 @@ def estimate_time(
     """Time one training step of ``shape`` under ``st`` on ``topo`` (scaling efficiency left 1.0)."""
     eff_all = efficiencies()
     pb = PRECISIONS[job.precision]
+    lay = layout_for(job, st)  # the engine's per-parameter state layout
     dtype = {"fp32": "fp32", "tf32": "tf32"}.get(job.precision, job.precision.split("-")[0])
     eff = for_dtype(eff_all.arch(gpu), dtype)
     full = job.method == "full"
@@ -327,7 +328,7 @@ def estimate_time(
         num = Numerics(act_bytes=pb.act, autocast=pb.autocast, compiled=job.compiled)
         score_bytes = _score_bytes(job)
         score_passes = _score_passes(job, shape, st, max(1, seq // st.cp))
-        adapter_b = adapter_bytes(job, layout_for(job, st))
+        adapter_b = adapter_bytes(job, lay)
         tr = Trainable(
             full=full,
             lora_roles=job.lora_roles,
@@ -437,7 +438,7 @@ def estimate_time(
             else:
                 # a frozen base is gathered as stored: 16-bit, or QLoRA's packed 4-bit weights
                 # (bitsandbytes quant_storage in the 16-bit dtype, what FSDP QLoRA shards)
-                layer = gathered_layer_bytes(shape, job, pb, layout_for(job, st))
+                layer = gathered_layer_bytes(shape, job, pb, lay)
                 gather_bytes = (layers_stage * layer + shape.params_embedding * 2) / st.tp
             shard = st.shard_degree
             if job.zero3_parameter_gathers and st.sharding == "zero3":
