@@ -196,7 +196,12 @@ leave-one-source-out error of their rows, checked by re-fitting every fold with 
 (2026-12-01, source-balanced fit; docs/accuracy.md gives the figures; overlap.tensor_parallel
 was held for part of 2026-12-02 and is fitted again since the MLPerf rows' evaluation passes:
 its 33 rows at 3.5% fitted against 3.7% at the prior, 2026-12-02; held again once torchtune's
-rows joined, the same day: 5.4% fitted (0.95) against 4.6% at the prior). ``--fix=NAME,...``
+rows joined, the same day: 5.4% fitted (0.95) against 4.6% at the prior). Re-checked one by one
+on 2026-12-03 (259 rows): Volta.gemm_fp32 stays held (its 14 rows 8.5% fitted at 0.80 against 8.3%
+at the prior); Blackwell.attention_cudnn would lower its 5 rows' error (3.4% fitted at 0.44 against
+7.1%: Megatron-Bridge's rows 3-4 points better) but stays held, as the table's LOSO median is 8.7%
+either way and the fit adds a row more than 10% low (MLPerf's B200 LoRA row, -9.3% to -12.9% in
+time) and one run time short. ``--fix=NAME,...``
 tries more; ``--unfix=NAME,...`` fits a held one, to re-check its verdict after a change."""
 MAX_ROUNDS = 4
 ATTENTION_CEILING = {"Hopper": 0.35}
