@@ -646,3 +646,33 @@ def test_pytorch_zero2_keeps_a_lora_base_gathered_too(a100: GpuSpec) -> None:
     assert z2.details["weights: frozen base"] == pytest.approx(base / 8)
     kept = z2.details["weights: frozen base kept gathered from forward to backward"]
     assert kept + z2.details["weights: frozen base"] == pytest.approx(base)
+
+
+def test_deepspeed_zero3_keeps_its_gradient_partition_from_init(a100: GpuSpec) -> None:
+    """DeepSpeed ZeRO-3 from 0.6.0 allocates ``grad_partitions_flat_buffer`` once, in the
+    optimizer's init (``stage3.py``, #1453), so the 16-bit gradient partition is there at the
+    start of backward and adds to the saved activations; before 0.6.0, under ZeRO-Offload
+    (the buffer lives on the host) and in PyTorch's FSDP the gradients grow as activations
+    are freed, and the peak is the larger of the two."""
+    spec = _full("deepspeed", "zero3", activation_checkpointing="none")
+    cur = fit(spec, a100, 8).memory
+    old = fit(
+        _full(
+            "deepspeed", "zero3", activation_checkpointing="none", deepspeed={"version": "0.5.10"}
+        ),
+        a100,
+        8,
+    ).memory
+    grads = model_shape("llama-2-7b").params_total * 2 / 8
+    assert cur.details["gradients"] == pytest.approx(grads)
+    assert cur.breakdown["gradients"] == pytest.approx(grads + DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2)
+    assert cur.peak_allocated_bytes - old.peak_allocated_bytes == pytest.approx(
+        grads + DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2
+    )
+    assert any("grad_partitions_flat_buffer" in a for a in cur.assumptions)
+    assert not any("grad_partitions_flat_buffer" in a for a in old.assumptions)
+    offload = fit(_full("deepspeed", "zero3", offload="optimizer"), a100, 8).memory
+    assert not any("grad_partitions_flat_buffer" in a for a in offload.assumptions)
+    assert state_layout("deepspeed", "zero3", BF16, ranks=8, dp=8).grads_persistent
+    assert not state_layout("deepspeed", "zero2", BF16, ranks=8, dp=8).grads_persistent
+    assert not state_layout("hf", "zero3", BF16, ranks=8, dp=8).grads_persistent

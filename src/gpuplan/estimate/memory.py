@@ -4,8 +4,9 @@ The step is modelled in two phases, and the peak is the larger:
 
 * **forward/backward**: weights + optimizer state + autocast weight copies +
   saved activations + the loss/logits gradients at the start of backward,
-  plus gradients (already there when micro-batches accumulate, or when
-  ``zero_grad`` zeroes them instead of freeing them; otherwise they
+  plus gradients (already there when micro-batches accumulate, when
+  ``zero_grad`` zeroes them instead of freeing them, or when the engine allocates
+  them at init, as DeepSpeed ZeRO-3 does; otherwise they
   grow while activations are freed, so the phase peaks at
   ``max(activations, gradients)``);
 * **optimizer step**: weights + optimizer state + gradients + the optimizer's
@@ -115,8 +116,9 @@ class MemoryJob:
     cnn_kernels: str = "eager"
     """How a CNN's kernels run (spec ``cnn_kernels``); decides time, not memory."""
     zero3_parameter_gathers: bool = False
-    """DeepSpeed before 0.6.0: ZeRO-3 gathers each parameter on its own, a device synchronize
-    before each (spec ``deepspeed.version``); decides time, not memory."""
+    """DeepSpeed before 0.6.0 (spec ``deepspeed.version``): ZeRO-3 gathers each parameter on
+    its own, a device synchronize before each (time), and has no gradient partition buffer
+    allocated at init (memory: ``StateLayout.grads_persistent`` does not apply)."""
     optimizer_in_backward: bool = False
     """Each parameter is stepped in its post-accumulate-grad hook and its gradient freed
     (torchtune ``training/memory.py``, ``register_optim_in_bwd_hooks``: ``step()`` then
@@ -1049,9 +1051,11 @@ def _stage_totals(
 ) -> _StageTotals:
     mb = model_bytes(shape, job, st, image_size, pipeline_stage)
     w, ts, act = mb.weights, mb.training_state, mb.activations
-    # gradients are there through forward/backward when micro-batches accumulate, or
-    # when zero_grad zeroes them in place instead of freeing them
-    accumulating = st.grad_accum > 1 or job.grads_kept
+    # gradients are there through forward/backward when micro-batches accumulate, when
+    # zero_grad zeroes them in place instead of freeing them, or when the engine allocates
+    # the gradient partition at init (DeepSpeed ZeRO-3 from 0.6.0)
+    persistent = mb.layout.grads_persistent and not job.zero3_parameter_gathers
+    accumulating = st.grad_accum > 1 or job.grads_kept or persistent
     live = act.total + ts.gradients if accumulating else max(act.total, ts.gradients)
     fwd_bwd = w.stored + w.gathered + w.compute_copies + ts.optimizer_state + live
     # after backward the gathered layers are resharded: the step sees stored parameters only
@@ -1136,6 +1140,11 @@ def _stage_estimate(
     details["overhead: CUDA context"] = rt.context
     details["overhead: NCCL buffers"] = rt.nccl
     assumptions += list(lay.notes)
+    if lay.grads_persistent and not job.zero3_parameter_gathers:
+        assumptions.append(
+            "DeepSpeed ZeRO-3 (0.6.0 on) allocates the gradient partition at init "
+            "(stage3.py grad_partitions_flat_buffer): it is there through forward and backward"
+        )
     note = reserve_note(rt.reserve, reserve, used, usable)
     if note:
         assumptions.append(note)

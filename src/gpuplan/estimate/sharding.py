@@ -38,7 +38,9 @@ Adam moments in the optimizer.
 * ``zero3`` = ``fsdp``: (2 + 2 + 12)/N (``deepspeed/runtime/zero/stage3.py``,
   ``DeepSpeedZeroOptimizer_Stage3``: ``fp16_partitioned_groups_flat``,
   ``grad_partitions_flat_buffer`` in the gradient-accumulation dtype, which defaults to the
-  model dtype, ``DeepSpeedEngine.get_data_types``); ``step`` materialises an fp32 gradient
+  model dtype, ``DeepSpeedEngine.get_data_types``; since 0.6.0, #1453, the optimizer allocates
+  that buffer with ``torch.zeros`` at init and keeps it, so the gradient partition is there
+  through forward and backward); ``step`` materialises an fp32 gradient
   for one sub-group at a time (``sub_group_size``, 1e9 elements); the live gathered
   parameters are the current module plus ``stage3_prefetch_bucket_size`` (5e7) elements.
 * ``hsdp``: ZeRO-3 within a node (MiCS, ``deepspeed/runtime/zero/mics.py``,
@@ -161,6 +163,10 @@ class StateLayout:
     grads_on_host: bool = False
     """Gradients leave the GPU as they are reduced (DeepSpeed ZeRO-Offload, stages 2 and 3):
     only the reduction bucket (and ``offload_grad_buffer``) stays."""
+    grads_persistent: bool = False
+    """The engine allocates the gradient partition once, at init, and keeps it through forward
+    and backward (DeepSpeed ZeRO-3 since 0.6.0: ``grad_partitions_flat_buffer``), so it adds to
+    the activations at the backward peak instead of growing as they are freed."""
     offload_grad_buffer: bool = False
     """DeepSpeed stages 1-2 with offload keep a 16-bit buffer the size of the largest
     parameter (``temp_grad_buffer_for_gpu_offload``)."""
@@ -330,6 +336,7 @@ def _deepspeed(
         gathered_extra_elements=DEEPSPEED_PREFETCH_BUCKET_ELEMENTS if stage3 and n > 1 else 0,
         gathered_cap_elements=DEEPSPEED_MAX_LIVE_PARAMETERS,
         grad_partition_copy_bytes=2.0 if n > 1 and sharding == "zero1" else 0.0,
+        grads_persistent=stage3,
         step_grad_bytes=4,
         step_grad_cap_elements=DEEPSPEED_SUB_GROUP_ELEMENTS if stage3 else float("inf"),
         bucket_bytes=buckets,
@@ -355,6 +362,7 @@ def _deepspeed_offload(lay: StateLayout) -> StateLayout:
     return dataclasses.replace(
         lay,
         grads_on_host=to_host,
+        grads_persistent=False,
         grad_partition_copy_bytes=0.0,
         offload_grad_buffer=stage12,
         notes=(
