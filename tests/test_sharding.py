@@ -676,3 +676,48 @@ def test_deepspeed_zero3_keeps_its_gradient_partition_from_init(a100: GpuSpec) -
     assert state_layout("deepspeed", "zero3", BF16, ranks=8, dp=8).grads_persistent
     assert not state_layout("deepspeed", "zero2", BF16, ranks=8, dp=8).grads_persistent
     assert not state_layout("hf", "zero3", BF16, ranks=8, dp=8).grads_persistent
+
+
+@pytest.mark.parametrize(
+    ("framework", "extra", "expected"),
+    [
+        ("deepspeed", {}, True),  # grad_partitions_flat_buffer, allocated at init
+        ("deepspeed", {"deepspeed": {"version": "0.5.10"}}, False),  # before #1453
+        ("deepspeed", {"offload": "optimizer"}, False),  # the buffer lives on the host
+        ("hf", {}, False),  # FSDP: gradients grow as activations are freed
+        ("hf", {"global_batch_size": 16}, True),  # accumulation keeps them
+        ("hf", {"zero_grad": "zeros"}, True),  # zeroed in place, not freed
+    ],
+)
+def test_which_gradients_live_through_forward(
+    framework: str, extra: dict[str, object], expected: bool
+) -> None:
+    from gpuplan.estimate.fit import explicit_strategy, memory_job, spec_shape
+
+    spec = _full(framework, "zero3", **extra)
+    shape = spec_shape(spec)
+    job = memory_job(spec, shape)
+    st = explicit_strategy(spec, 8, shape)
+    assert memory.gradients_through_forward(job, st, memory.layout_for(job, st)) is expected
+
+
+def test_the_traced_estimate_keeps_gradients_as_the_analytic_one(
+    a100: GpuSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--trace`` traces a step with its gradients kept (``zero_grad(set_to_none=False)``)
+    exactly where the analytic model keeps them through forward: DeepSpeed ZeRO-3 too."""
+    pytest.importorskip("torch")
+    from gpuplan.trace import run
+
+    seen: list[bool] = []
+
+    def fake_trace(spec: object, part: object = None, *, grads_persist: bool = False) -> None:
+        seen.append(grads_persist)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(run, "trace_memory", fake_trace)
+    for framework, want in (("deepspeed", True), ("hf", False)):
+        spec = _full(framework, "zero3")
+        with pytest.raises(RuntimeError, match="stop"):
+            run._traced_estimate(spec, fit(spec, a100, 8), None)
+        assert seen[-1] is want

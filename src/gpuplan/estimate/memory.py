@@ -1038,6 +1038,15 @@ class _StageTotals:
         return self.reserved + self.runtime.context + self.runtime.nccl + self.resident
 
 
+def gradients_through_forward(job: MemoryJob, st: Strategy, lay: StateLayout) -> bool:
+    """Whether the gradients are allocated through forward and backward: when micro-batches
+    accumulate, when ``zero_grad`` zeroes them in place instead of freeing them, or when the
+    engine allocates the gradient partition at init (DeepSpeed ZeRO-3 from 0.6.0,
+    :attr:`StateLayout.grads_persistent`). Otherwise they grow while activations are freed."""
+    persistent = lay.grads_persistent and not job.zero3_parameter_gathers
+    return st.grad_accum > 1 or job.grads_kept or persistent
+
+
 def _stage_totals(
     shape: Shape,
     job: MemoryJob,
@@ -1051,11 +1060,7 @@ def _stage_totals(
 ) -> _StageTotals:
     mb = model_bytes(shape, job, st, image_size, pipeline_stage)
     w, ts, act = mb.weights, mb.training_state, mb.activations
-    # gradients are there through forward/backward when micro-batches accumulate, when
-    # zero_grad zeroes them in place instead of freeing them, or when the engine allocates
-    # the gradient partition at init (DeepSpeed ZeRO-3 from 0.6.0)
-    persistent = mb.layout.grads_persistent and not job.zero3_parameter_gathers
-    accumulating = st.grad_accum > 1 or job.grads_kept or persistent
+    accumulating = gradients_through_forward(job, st, mb.layout)
     live = act.total + ts.gradients if accumulating else max(act.total, ts.gradients)
     fwd_bwd = w.stored + w.gathered + w.compute_copies + ts.optimizer_state + live
     # after backward the gathered layers are resharded: the step sees stored parameters only

@@ -837,12 +837,23 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
 def _traced_estimate(spec: Any, analytic: Any, part: RankSlice | None) -> Any:
     """The analytic FitResult with one traced rank's memory in place of its own."""
     from gpuplan.estimate import overheads as ovh
-    from gpuplan.estimate.fit import model_shape
-    from gpuplan.estimate.memory import reserve_note, restate_reserve, squeezed_reserve
+    from gpuplan.estimate.fit import memory_job, model_shape, spec_shape
+    from gpuplan.estimate.memory import (
+        gradients_through_forward,
+        layout_for,
+        reserve_note,
+        restate_reserve,
+        squeezed_reserve,
+    )
 
     st = analytic.strategy
     stage = part.stage if part is not None else None
-    traced = trace_memory(spec, part, grads_persist=st.grad_accum > 1)
+    job = memory_job(spec, spec_shape(spec))
+    # as the analytic model: accumulation, zeroed (not freed) gradients, or an engine that
+    # allocates them at init keep them through forward
+    traced = trace_memory(
+        spec, part, grads_persist=gradients_through_forward(job, st, layout_for(job, st))
+    )
     cats, shard_note = _sharded_peak(traced, spec, st, stage or "first")
     model_bytes = sum(cats.values())
     m = analytic.memory
