@@ -721,3 +721,29 @@ def test_the_traced_estimate_keeps_gradients_as_the_analytic_one(
         with pytest.raises(RuntimeError, match="stop"):
             run._traced_estimate(spec, fit(spec, a100, 8), None)
         assert seen[-1] is want
+
+
+@pytest.mark.parametrize(
+    ("sharding", "expected"), [("none", True), ("zero1", True), ("zero3", False)]
+)
+def test_megatron_keeps_its_main_gradient_buffer(
+    a100: GpuSpec, sharding: str, expected: bool
+) -> None:
+    """Megatron-core's DDP allocates ``grad_data`` (every ``main_grad`` a view into it) with
+    ``torch.zeros`` at init and zeroes it in place each step (``param_and_grad_buffer.py``), so
+    with one micro-batch a step the fp32 gradients still add to the activations at the backward
+    peak; Megatron-FSDP (``zero3``) shards them into its own buffers."""
+    from gpuplan.estimate.fit import explicit_strategy, memory_job, spec_shape
+
+    spec = _full("megatron", sharding, activation_checkpointing="none")
+    shape = spec_shape(spec)
+    job = memory_job(spec, shape)
+    st = explicit_strategy(spec, 8, shape)
+    assert st.grad_accum == 1
+    lay = memory.layout_for(job, st)
+    assert lay.grads_persistent is expected
+    assert memory.gradients_through_forward(job, st, lay) is expected
+    est = fit(spec, a100, 8).memory
+    if expected:
+        assert est.breakdown["gradients"] == pytest.approx(est.details["gradients"])
+        assert any("main-gradient buffer" in a for a in est.assumptions)

@@ -1041,7 +1041,7 @@ class _StageTotals:
 def gradients_through_forward(job: MemoryJob, st: Strategy, lay: StateLayout) -> bool:
     """Whether the gradients are allocated through forward and backward: when micro-batches
     accumulate, when ``zero_grad`` zeroes them in place instead of freeing them, or when the
-    engine allocates the gradient partition at init (DeepSpeed ZeRO-3 from 0.6.0,
+    engine allocates them at init (DeepSpeed ZeRO-3 from 0.6.0, Megatron-core's DDP buffer:
     :attr:`StateLayout.grads_persistent`). Otherwise they grow while activations are freed."""
     persistent = lay.grads_persistent and not job.zero3_parameter_gathers
     return st.grad_accum > 1 or job.grads_kept or persistent
@@ -1149,6 +1149,10 @@ def _stage_estimate(
         assumptions.append(
             "DeepSpeed ZeRO-3 (0.6.0 on) allocates the gradient partition at init "
             "(stage3.py grad_partitions_flat_buffer): it is there through forward and backward"
+            if lay.engine == "deepspeed"
+            else "Megatron-core's DDP allocates the main-gradient buffer at init "
+            "(param_and_grad_buffer.py grad_data) and zeroes it in place each step: the "
+            "gradients are there through forward and backward"
         )
     note = reserve_note(rt.reserve, reserve, used, usable)
     if note:

@@ -67,6 +67,11 @@ buffer, fp32 ``main_grad`` buffer (``megatron/core/distributed/param_and_grad_bu
 ``grad_dtype = torch.float if grad_reduce_in_fp32``), fp32 main parameters and Adam
 moments in the optimizer.
 
+The gradient buffer is allocated once: ``_ParamAndGradBuffer.__init__`` makes ``grad_data``
+with ``torch.zeros`` (every trainable parameter's ``main_grad`` is a view into it) and each
+step zeroes it in place (``zero_grad_buffer``), so under ``none`` and ``zero1`` the gradients
+are there through forward and backward.
+
 * ``none``: 2 + 4 + 12.
 * ``zero1``: the distributed optimizer, 2 + 4 + 12/N
   (``megatron/core/optimizer/distrib_optimizer.py``,
@@ -164,9 +169,10 @@ class StateLayout:
     """Gradients leave the GPU as they are reduced (DeepSpeed ZeRO-Offload, stages 2 and 3):
     only the reduction bucket (and ``offload_grad_buffer``) stays."""
     grads_persistent: bool = False
-    """The engine allocates the gradient partition once, at init, and keeps it through forward
-    and backward (DeepSpeed ZeRO-3 since 0.6.0: ``grad_partitions_flat_buffer``), so it adds to
-    the activations at the backward peak instead of growing as they are freed."""
+    """The engine allocates the gradients (or their partition) once, at init, and keeps them
+    through forward and backward (DeepSpeed ZeRO-3 since 0.6.0: ``grad_partitions_flat_buffer``;
+    Megatron-core's DDP: the ``main_grad`` buffer), so they add to the activations at the
+    backward peak instead of growing as they are freed."""
     offload_grad_buffer: bool = False
     """DeepSpeed stages 1-2 with offload keep a 16-bit buffer the size of the largest
     parameter (``temp_grad_buffer_for_gpu_offload``)."""
@@ -417,6 +423,7 @@ def _megatron(
         compute_copy_bytes=1 if pb.compute_copy == 1 and not fp8_params else 0,
         gather_bytes=param_bytes if gathered else 0,
         gathered_layers=2 if gathered else 0,
+        grads_persistent=sharding in ("none", "zero1"),
         autocast=False,
         notes=(
             f"Megatron {label}: {'fp8' if fp8_params else 'bf16'} parameters, "
