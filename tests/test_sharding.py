@@ -747,3 +747,18 @@ def test_megatron_keeps_its_main_gradient_buffer(
     if expected:
         assert est.breakdown["gradients"] == pytest.approx(est.details["gradients"])
         assert any("main-gradient buffer" in a for a in est.assumptions)
+
+
+def test_ddp_buckets_are_there_before_forward(a100: GpuSpec) -> None:
+    """PyTorch DDP's ``Reducer::initialize_buckets`` allocates each bucket's flat ``gradients``
+    tensor at construction (``gradient_as_bucket_view=False``, the default, keeps it beside
+    the parameters' own ``.grad``): the bucket copy adds to the activations at the backward
+    peak, while the ``.grad`` tensors grow as activations are freed."""
+    spec = _full("hf", "none", activation_checkpointing="none", model="gpt2")
+    est = fit(spec, a100, 8).memory
+    assert est.peak_phase == "forward/backward"
+    copy = est.details["gradients: DDP bucket copies"]
+    grads = est.details["gradients"]
+    act = est.breakdown["activations"]
+    assert act > grads  # the .grad tensors fit in the activations freed before them
+    assert est.breakdown["gradients"] == pytest.approx(copy)

@@ -6,8 +6,8 @@ The step is modelled in two phases, and the peak is the larger:
   saved activations + the loss/logits gradients at the start of backward,
   plus gradients (already there when micro-batches accumulate, when
   ``zero_grad`` zeroes them instead of freeing them, or when the engine allocates
-  them at init, as DeepSpeed ZeRO-3 does; otherwise they
-  grow while activations are freed, so the phase peaks at
+  them at init, as DeepSpeed ZeRO-3 and Megatron-core's DDP do, and DDP's bucket copy;
+  otherwise they grow while activations are freed, so the phase peaks at
   ``max(activations, gradients)``);
 * **optimizer step**: weights + optimizer state + gradients + the optimizer's
   temporaries (foreach AdamW materialises one parameter-sized buffer).
@@ -231,6 +231,9 @@ class TrainingStateBytes:
 
     gradients: float
     """Gradient storage, including engine copies and reduction buckets."""
+    kept_gradients: float = 0.0
+    """The part of ``gradients`` allocated before forward and kept through it whatever the
+    accumulation: DDP's bucket copy (``Reducer::initialize_buckets`` at construction)."""
     optimizer_state: float
     """Moments and master weights."""
     step_temporaries: float
@@ -512,10 +515,12 @@ def training_state_bytes(
             f"{job.framework}: FSDP units mix frozen and LoRA parameters, so gradients are allocated "
             "for all of them" + (", unsharded while accumulating (no_sync)" if unsharded else "")
         )
+    kept = 0.0
     if lay.ddp_bucket_copy and job.method == "full":
         copy = tr.params * tr.grad_bytes
         lines.append(("gradients: DDP bucket copies", copy))
         total_grads += copy
+        kept += copy
         assumptions.append(
             "DDP with gradient_as_bucket_view=False (the default) keeps a bucket copy of the grads"
         )
@@ -566,6 +571,7 @@ def training_state_bytes(
         lines.append(("optimizer: fp32 gradient partition (step)", step_grad))
     return TrainingStateBytes(
         gradients=total_grads,
+        kept_gradients=kept,
         optimizer_state=opt_state,
         step_temporaries=opt_tmp + step_grad,
         lines=tuple(lines),
@@ -1019,7 +1025,8 @@ class _StageTotals:
     """The numbers of one stage's estimate, before it is explained (:func:`_stage_estimate`)."""
 
     model: ModelBytes
-    accumulating: bool
+    kept_gradients: float
+    """Gradient bytes there from before forward to the end of backward."""
     fwd_bwd: float
     step: float
     runtime: RuntimeBytes
@@ -1060,8 +1067,10 @@ def _stage_totals(
 ) -> _StageTotals:
     mb = model_bytes(shape, job, st, image_size, pipeline_stage)
     w, ts, act = mb.weights, mb.training_state, mb.activations
-    accumulating = gradients_through_forward(job, st, mb.layout)
-    live = act.total + ts.gradients if accumulating else max(act.total, ts.gradients)
+    # gradients there before forward add to the activations; the rest grow while the
+    # activations are freed
+    kept = ts.gradients if gradients_through_forward(job, st, mb.layout) else ts.kept_gradients
+    live = kept + max(act.total, ts.gradients - kept)
     fwd_bwd = w.stored + w.gathered + w.compute_copies + ts.optimizer_state + live
     # after backward the gathered layers are resharded: the step sees stored parameters only
     step = w.stored + ts.optimizer_state + ts.gradients + ts.step_temporaries
@@ -1076,7 +1085,7 @@ def _stage_totals(
     resident = min(ts.paged_state, max(0.0, usable - used))
     return _StageTotals(
         model=mb,
-        accumulating=accumulating,
+        kept_gradients=kept,
         fwd_bwd=fwd_bwd,
         step=step,
         runtime=rt,
@@ -1106,12 +1115,12 @@ def _stage_estimate(
     mb = t.model
     w, ts, act, lay, tr = mb.weights, mb.training_state, mb.activations, mb.layout, mb.trained
     assumptions = list(mb.assumptions)
-    accumulating, fwd_bwd, step, rt = t.accumulating, t.fwd_bwd, t.step, t.runtime
+    kept, fwd_bwd, step, rt = t.kept_gradients, t.fwd_bwd, t.step, t.runtime
     if fwd_bwd >= step:
         phase = "forward/backward"
         parts = {
             "weights": w.stored + w.gathered + w.compute_copies,
-            "gradients": ts.gradients if accumulating else max(0.0, ts.gradients - act.total),
+            "gradients": kept + max(0.0, ts.gradients - kept - act.total),
             "optimizer": ts.optimizer_state,
             "activations": act.total,
         }
