@@ -762,3 +762,32 @@ def test_ddp_buckets_are_there_before_forward(a100: GpuSpec) -> None:
     act = est.breakdown["activations"]
     assert act > grads  # the .grad tensors fit in the activations freed before them
     assert est.breakdown["gradients"] == pytest.approx(copy)
+
+
+def test_deepspeed_buffer_sizes_come_from_the_spec(a100: GpuSpec) -> None:
+    """``deepspeed: {reduce_bucket_size, stage3_prefetch_bucket_size, stage3_max_live_parameters,
+    sub_group_size}`` take DeepSpeed's own config names (elements) and replace its defaults."""
+    ds = {
+        "reduce_bucket_size": 5e7,
+        "stage3_prefetch_bucket_size": 1e8,
+        "stage3_max_live_parameters": 3e8,
+        "sub_group_size": 1e12,
+    }
+    spec = _full("deepspeed", "zero3", deepspeed=ds)
+    base = fit(_full("deepspeed", "zero3"), a100, 8).memory
+    est = fit(spec, a100, 8).memory
+    params = model_shape("llama-2-7b").params_total
+    assert est.details["gradients: reduction buckets"] == pytest.approx(5e7 * 2)
+    assert base.details["gradients: reduction buckets"] == DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2
+    # one sub-group of 1e12 elements: the whole fp32 gradient partition at the step
+    assert est.details["optimizer: fp32 gradient partition (step)"] == pytest.approx(params / 8 * 4)
+    assert base.details["optimizer: fp32 gradient partition (step)"] == pytest.approx(
+        min(params / 8, 1e9) * 4
+    )
+    assert any("reduce bucket 5e+07 elements" in a for a in est.assumptions)
+    assert any("(default)" in a for a in base.assumptions if "reduce bucket" in a)
+    for bad, why in ((0, "greater than 0"), (-5, "greater than 0"), ("lots", "valid number")):
+        with pytest.raises(GpuPlanError, match=f"deepspeed.reduce_bucket_size: .*{why}"):
+            _full("deepspeed", "zero3", deepspeed={"reduce_bucket_size": bad})
+    with pytest.raises(GpuPlanError, match="deepspeed: its settings apply to framework deepspeed"):
+        _full("hf", "zero3", deepspeed={"sub_group_size": 1e9})

@@ -109,8 +109,37 @@ class DeepSpeedSpec(_Spec):
             "one by one, and the prefetch synchronized the device before each "
             "(partition_parameters.py, _allgather_param): per parameter a ring's latency and "
             "one copy per rank, none of it hidden behind compute. 0.6.0 gathers a module's "
-            "parameters in one coalesced call."
+            "parameters in one coalesced call. From 0.6.0 ZeRO-3 also allocates its gradient "
+            "partition at init (grad_partitions_flat_buffer)."
         ),
+    )
+    reduce_bucket_size: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e12,
+        description="zero_optimization.reduce_bucket_size, in elements (default 5e8): the 16-bit "
+        "gradient reduction bucket every ZeRO stage keeps.",
+    )
+    stage3_prefetch_bucket_size: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e12,
+        description="zero_optimization.stage3_prefetch_bucket_size, in elements (default 5e7): "
+        "parameters ZeRO-3 gathers ahead of the module that runs.",
+    )
+    stage3_max_live_parameters: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e13,
+        description="zero_optimization.stage3_max_live_parameters, in elements (default 1e9): "
+        "the most gathered parameters ZeRO-3 keeps at once.",
+    )
+    sub_group_size: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e13,
+        description="zero_optimization.sub_group_size, in elements (default 1e9): ZeRO-3 steps "
+        "the optimizer one sub-group at a time, materialising its fp32 gradient.",
     )
 
 

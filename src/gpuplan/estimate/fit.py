@@ -22,7 +22,7 @@ from gpuplan.estimate.memory import (
     estimate_memory,
 )
 from gpuplan.estimate.shape import Shape, shape_of
-from gpuplan.estimate.sharding import MegatronOptions, check_sharding
+from gpuplan.estimate.sharding import DeepSpeedOptions, MegatronOptions, check_sharding
 from gpuplan.estimate.strategy import Strategy, candidate_layouts, grad_accum_for
 from gpuplan.spec import JobSpec, ParallelismSpec, nearest_multiples, release
 
@@ -188,9 +188,24 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         paged_optimizer=spec.paged_optimizer,
         loss_chunks=spec.loss_chunks,
         cnn_kernels=spec.cnn_kernels,
+        deepspeed=_deepspeed_options(spec),
         zero3_parameter_gathers=spec.deepspeed is not None
         and spec.deepspeed.version is not None
         and release(spec.deepspeed.version) < DS_COALESCED_GATHERS,
+    )
+
+
+def _deepspeed_options(spec: JobSpec) -> DeepSpeedOptions | None:
+    """The ZeRO buffer sizes the spec states (DeepSpeed's defaults for the rest)."""
+    ds = spec.deepspeed
+    if ds is None:
+        return None
+    d = DeepSpeedOptions()
+    return DeepSpeedOptions(
+        reduce_bucket=ds.reduce_bucket_size or d.reduce_bucket,
+        prefetch_bucket=ds.stage3_prefetch_bucket_size or d.prefetch_bucket,
+        max_live_parameters=ds.stage3_max_live_parameters or d.max_live_parameters,
+        sub_group=ds.sub_group_size or d.sub_group,
     )
 
 

@@ -66,7 +66,12 @@ from gpuplan.estimate.numerics import (
 )
 from gpuplan.estimate.pipeline import PIPELINE_STAGES, PipelineStage
 from gpuplan.estimate.shape import Shape
-from gpuplan.estimate.sharding import MegatronOptions, StateLayout, state_layout
+from gpuplan.estimate.sharding import (
+    DeepSpeedOptions,
+    MegatronOptions,
+    StateLayout,
+    state_layout,
+)
 from gpuplan.estimate.strategy import Strategy
 
 __all__ = ["DEFAULT_SAFETY_MARGIN", "MemoryEstimate", "MemoryJob", "estimate_memory"]
@@ -115,6 +120,8 @@ class MemoryJob:
     cuda_context_bytes: float | None = None
     cnn_kernels: str = "eager"
     """How a CNN's kernels run (spec ``cnn_kernels``); decides time, not memory."""
+    deepspeed: DeepSpeedOptions | None = None
+    """DeepSpeed's ZeRO buffer sizes (spec ``deepspeed``); None: its defaults."""
     zero3_parameter_gathers: bool = False
     """DeepSpeed before 0.6.0 (spec ``deepspeed.version``): ZeRO-3 gathers each parameter on
     its own, a device synchronize before each (time), and has no gradient partition buffer
@@ -299,6 +306,7 @@ def layout_for(job: MemoryJob, st: Strategy) -> StateLayout:
         ranks=st.shard_degree,
         dp=st.replicas,
         megatron=job.megatron,
+        deepspeed=job.deepspeed,
         offload=st.offload,
     )
 

@@ -121,6 +121,17 @@ DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
 DEEPSPEED_SUB_GROUP_ELEMENTS = 1e9
 """``sub_group_size`` default (same file): ZeRO-3 steps one sub-group at a time."""
 
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DeepSpeedOptions:
+    """DeepSpeed's ZeRO buffer sizes, in elements (spec ``deepspeed``; its defaults)."""
+
+    reduce_bucket: float = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+    prefetch_bucket: float = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
+    max_live_parameters: float = DEEPSPEED_MAX_LIVE_PARAMETERS
+    sub_group: float = DEEPSPEED_SUB_GROUP_ELEMENTS
+
+
 SHARDED_PARAMS = ("zero3", "fsdp", "hsdp")
 SHARDED_GRADS = ("zero2", *SHARDED_PARAMS)
 
@@ -238,6 +249,7 @@ def state_layout(
     ranks: int,
     dp: int,
     megatron: MegatronOptions | None = None,
+    deepspeed: DeepSpeedOptions | None = None,
     offload: str = "none",
 ) -> StateLayout:
     """What ``framework`` keeps per parameter under ``sharding`` over ``ranks`` shards.
@@ -254,12 +266,14 @@ def state_layout(
     o_ranks = n if sharding != "none" else 1
     sixteen = _sixteen_bit(pb)
     if engine == "deepspeed" and sixteen:
-        lay = _deepspeed(sharding, pb, n, p_ranks, g_ranks, o_ranks)
+        lay = _deepspeed(
+            sharding, pb, n, p_ranks, g_ranks, o_ranks, deepspeed or DeepSpeedOptions()
+        )
         return _deepspeed_offload(lay) if offload != "none" and sharding != "none" else lay
     if engine == "apex" and sixteen:
         # amp O2 keeps what DeepSpeed's unsharded fp16 engine keeps (frameworks.py: apex)
         return dataclasses.replace(
-            _deepspeed(sharding, pb, n, p_ranks, g_ranks, o_ranks),
+            _deepspeed(sharding, pb, n, p_ranks, g_ranks, o_ranks, DeepSpeedOptions()),
             engine="apex",
             notes=(
                 "Apex amp O2: fp16 parameters and gradients, fp32 master weights, their "
@@ -320,12 +334,19 @@ def state_layout(
 
 
 def _deepspeed(
-    sharding: str, pb: PrecisionBytes, n: int, p_ranks: int, g_ranks: int, o_ranks: int
+    sharding: str,
+    pb: PrecisionBytes,
+    n: int,
+    p_ranks: int,
+    g_ranks: int,
+    o_ranks: int,
+    opts: DeepSpeedOptions,
 ) -> StateLayout:
     stage3 = sharding in SHARDED_PARAMS
     buckets = 0.0
     if sharding != "none":
-        buckets = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2
+        buckets = opts.reduce_bucket * 2
+    default = opts.reduce_bucket == DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     return StateLayout(
         engine="deepspeed",
         sharding=sharding,
@@ -339,12 +360,12 @@ def _deepspeed(
         compute_copy_bytes=0,
         gather_bytes=2 if stage3 and n > 1 else 0,
         gathered_layers=1 if stage3 and n > 1 else 0,
-        gathered_extra_elements=DEEPSPEED_PREFETCH_BUCKET_ELEMENTS if stage3 and n > 1 else 0,
-        gathered_cap_elements=DEEPSPEED_MAX_LIVE_PARAMETERS,
+        gathered_extra_elements=opts.prefetch_bucket if stage3 and n > 1 else 0,
+        gathered_cap_elements=opts.max_live_parameters,
         grad_partition_copy_bytes=2.0 if n > 1 and sharding == "zero1" else 0.0,
         grads_persistent=stage3,
         step_grad_bytes=4,
-        step_grad_cap_elements=DEEPSPEED_SUB_GROUP_ELEMENTS if stage3 else float("inf"),
+        step_grad_cap_elements=opts.sub_group if stage3 else float("inf"),
         bucket_bytes=buckets,
         autocast=False,
         notes=(
@@ -352,7 +373,8 @@ def _deepspeed(
             ": 16-bit parameters and gradients, fp32 master weights and Adam moments"
             + (" sharded" if sharding != "none" else "")
             + (
-                f"; reduce bucket {DEEPSPEED_REDUCE_BUCKET_ELEMENTS:.0e} elements (default)"
+                f"; reduce bucket {opts.reduce_bucket:.0e} elements"
+                + (" (default)" if default else "")
                 if buckets
                 else ""
             ),
