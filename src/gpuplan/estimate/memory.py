@@ -1053,13 +1053,18 @@ class _StageTotals:
         return self.reserved + self.runtime.context + self.runtime.nccl + self.resident
 
 
+def grads_allocated_at_init(job: MemoryJob, lay: StateLayout) -> bool:
+    """Whether the engine allocates the gradients (or their partition) at init and keeps them
+    (:attr:`StateLayout.grads_persistent`; DeepSpeed's ZeRO-3 only from 0.6.0)."""
+    return lay.grads_persistent and not job.zero3_parameter_gathers
+
+
 def gradients_through_forward(job: MemoryJob, st: Strategy, lay: StateLayout) -> bool:
     """Whether the gradients are allocated through forward and backward: when micro-batches
     accumulate, when ``zero_grad`` zeroes them in place instead of freeing them, or when the
-    engine allocates them at init (DeepSpeed ZeRO-3 from 0.6.0, Megatron-core's DDP buffer:
-    :attr:`StateLayout.grads_persistent`). Otherwise they grow while activations are freed."""
-    persistent = lay.grads_persistent and not job.zero3_parameter_gathers
-    return st.grad_accum > 1 or job.grads_kept or persistent
+    engine allocates them at init (:func:`grads_allocated_at_init`). Otherwise they grow while
+    activations are freed."""
+    return st.grad_accum > 1 or job.grads_kept or grads_allocated_at_init(job, lay)
 
 
 def _stage_totals(
@@ -1162,7 +1167,7 @@ def _stage_estimate(
     details["overhead: CUDA context"] = rt.context
     details["overhead: NCCL buffers"] = rt.nccl
     assumptions += list(lay.notes)
-    if lay.grads_persistent and not job.zero3_parameter_gathers:
+    if grads_allocated_at_init(job, lay):
         assumptions.append(
             "DeepSpeed ZeRO-3 (0.6.0 on) allocates the gradient partition at init "
             "(stage3.py grad_partitions_flat_buffer): it is there through forward and backward"
