@@ -39,6 +39,7 @@ Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "
 Checkpointing = Literal["none", "selective", "selective-op", "full"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
+TpCommOverlap = Literal["auto", "none", "backward", "pipelined"]
 Framework = Literal[
     "hf", "torchtune", "litgpt", "deepspeed", "megatron", "torchtitan", "llmfoundry", "apex"
 ]
@@ -249,6 +250,20 @@ class ParallelismSpec(_Spec):
         "whole and time repeats their norm and dropout work on every rank; the layout search "
         "assumes true. Under torchtitan (DTensor) the column-parallel linears save their "
         "all-gathered input even with it on; only the norms' tensors are split.",
+    )
+    tp_comm_overlap: TpCommOverlap = Field(
+        default="auto",
+        description="With tp > 1, which tensor-parallel collectives run while a GEMM computes. "
+        "none: every all-reduce (all-gather, reduce-scatter) is waited on (Megatron-LM before "
+        "September 2021, the SC21 paper's code; PyTorch DTensor plans). backward: the "
+        "column-parallel linears' input-gradient all-reduce (reduce-scatter under sequence "
+        "parallelism) runs during their weight-gradient GEMM, forward and recompute "
+        "collectives are waited on (Megatron-LM's async all-reduce since 2021-09, "
+        "`LinearWithGradAccumulationAndAsyncCommunication`, the Megatron-Core default). "
+        "pipelined: every collective is split and overlapped with the GEMMs (Transformer "
+        "Engine userbuffers, `--tp-comm-overlap`, as NeMo's and Megatron-Bridge's recipes set; "
+        "torchtitan's async TP). Overlapped collectives are hidden up to the efficiency file's "
+        "tensor_parallel fraction. auto: none under torchtitan (DTensor), pipelined otherwise.",
     )
 
 

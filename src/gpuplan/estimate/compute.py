@@ -302,20 +302,16 @@ def transformer_step(
     saved = per_tp_rank(items, tp, st.sequence_parallel) * tokens
     t_elem = (ELEMENTWISE_PASSES * saved + cast_bytes) / (bw * eff.hbm)
     t_launch = kernels_per_layer * eff.kernel_overhead_s
-    layer_fwd_share = (
-        t_gemm / 3
-        + t_attn / (1 + FLASH_BWD_FACTOR)
-        + t_elem / 3
-        + t_launch / 3
-        + t_deq
-        + t_adapt_fwd
-    )
+    # the attention core's forward: fused attention's backward is 2.5 forwards (it recomputes
+    # the scores), eager attention's two (the score and value gradients), as priced above
+    t_attn_fwd = t_attn / ((1 + FLASH_BWD_FACTOR) if fused_attention else 3)
+    layer_fwd_share = t_gemm / 3 + t_attn_fwd + t_elem / 3 + t_launch / 3 + t_deq + t_adapt_fwd
     # a 4-bit base weight is dequantized in forward and again for the input gradient
     per_layer = t_gemm + t_attn + t_elem + t_launch + 2 * t_deq + t_adapt
     if st.activation_checkpointing == "full":
         per_layer += layer_fwd_share
     elif st.activation_checkpointing == "selective":
-        per_layer += t_attn / (1 + FLASH_BWD_FACTOR)
+        per_layer += t_attn_fwd
     elif st.activation_checkpointing == "selective-op":
         # the forward again, less the attention and the matmuls whose outputs were kept
         per_layer += (
@@ -361,7 +357,7 @@ def transformer_step(
         forward_s=layers
         * (
             t_gemm_fwd
-            + t_attn / ((1 + FLASH_BWD_FACTOR) if fused_attention else 3)
+            + t_attn_fwd
             + t_elem * 2 / ELEMENTWISE_PASSES
             + t_launch / 3
             + t_deq

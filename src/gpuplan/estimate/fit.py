@@ -188,6 +188,9 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         paged_optimizer=spec.paged_optimizer,
         loss_chunks=spec.loss_chunks,
         cnn_kernels=spec.cnn_kernels,
+        tp_comm_overlap=spec.parallelism.tp_comm_overlap
+        if isinstance(spec.parallelism, ParallelismSpec)
+        else "auto",
         deepspeed=_deepspeed_options(spec),
         zero3_parameter_gathers=spec.deepspeed is not None
         and spec.deepspeed.version is not None

@@ -122,6 +122,9 @@ class MemoryJob:
     """How a CNN's kernels run (spec ``cnn_kernels``); decides time, not memory."""
     deepspeed: DeepSpeedOptions | None = None
     """DeepSpeed's ZeRO buffer sizes (spec ``deepspeed``); None: its defaults."""
+    tp_comm_overlap: str = "auto"
+    """Which tensor-parallel collectives overlap a GEMM (spec ``parallelism.tp_comm_overlap``:
+    auto, none, backward, pipelined); decides time, not memory."""
     zero3_parameter_gathers: bool = False
     """DeepSpeed before 0.6.0 (spec ``deepspeed.version``): ZeRO-3 gathers each parameter on
     its own, a device synchronize before each (time), and has no gradient partition buffer

@@ -259,6 +259,46 @@ def _score_passes(job: MemoryJob, shape: Shape, st: Strategy, seq: int) -> int:
     return passes + (SOFTCAP_PASSES if shape.attention_softcapping else 0)
 
 
+TP_OVERLAP_NOTES = {
+    "none": "tensor-parallel none: each collective is waited on before the GEMM that needs it",
+    "backward": "tensor-parallel: the backward's input-gradient reductions {:.0%} hidden under "
+    "the weight-gradient GEMMs (Megatron's async all-reduce), forward and recompute ones "
+    "waited on",
+    "pipelined": "tensor-parallel {:.0%} (collectives split and overlapped with the GEMMs; "
+    "a prior, not fitted)",
+}
+"""What each ``tp_comm_overlap`` mode hides, as the assumption line says it."""
+
+
+def tp_overlap_mode(job: MemoryJob) -> str:
+    """The job's tensor-parallel overlap: as stated, else the engine's (``auto``).
+
+    PyTorch's DTensor tensor parallelism (torchtitan's plan without async TP) waits on each
+    all-gather and reduce-scatter before the linear that needs it; other engines are taken to
+    overlap them as Transformer Engine's userbuffers do (the efficiency file's prior).
+    """
+    if job.tp_comm_overlap != "auto":
+        return job.tp_comm_overlap
+    return "none" if FRAMEWORKS[job.framework].dtensor_tensor_parallel else "pipelined"
+
+
+def tp_exposed_time(mode: str, total: float, backward: float, overlap: float) -> float:
+    """Tensor-parallel communication left on the critical path, seconds a step.
+
+    ``total`` is every collective of the step (forward, recompute and backward), ``backward``
+    the backward's share; ``overlap`` the fraction of an overlapped collective that a GEMM
+    hides. ``backward`` mode hides only the backward's (Megatron-LM ``layers.py``
+    ``LinearWithGradAccumulationAndAsyncAllreduce.backward`` at 2e90a342, 2022: the input
+    gradient's ``all_reduce(..., async_op=True)`` runs while the weight gradient is computed,
+    ``handle.wait()`` after it; the forward's reductions in ``mappings.py`` are synchronous).
+    """
+    if mode == "none":
+        return total
+    if mode == "backward":
+        return total - backward * overlap
+    return total * (1 - overlap)
+
+
 def estimate_time(
     shape: Shape,
     job: MemoryJob,
@@ -490,7 +530,7 @@ def estimate_time(
             dp_exposed = max(
                 total - ov["data_parallel"] * backward_last, (1 - ov["data_parallel"]) * total
             )
-    tp_total = 0.0
+    tp_total = tp_backward = 0.0
     if st.tp > 1 and shape.family != "cnn":
         # Megatron's tensor-parallel layer reduces the hidden state twice in forward (after the
         # row-parallel out-projection and MLP down) and twice in backward (the column-parallel
@@ -499,8 +539,9 @@ def estimate_time(
         # A fully checkpointed layer runs its forward, and its two reductions, again.
         act = st.micro_batch_size * seq * shape.hidden * pb.act
         per_pass = 2 * comm.collective_time("all-reduce", act, st.tp, min(st.tp, gpn), intra, inter)
-        passes = 3 if st.activation_checkpointing == "full" else 2
-        tp_total = m * layers_stage * per_pass * passes
+        forward_passes = 2 if st.activation_checkpointing == "full" else 1
+        tp_backward = m * layers_stage * per_pass
+        tp_total = tp_backward * (1 + forward_passes)
     pp_total = 0.0
     if st.pp > 1 and shape.family != "cnn":
         act_pp = st.micro_batch_size * seq * shape.hidden * pb.act / st.tp
@@ -516,12 +557,9 @@ def estimate_time(
         per_layer = 3 * (st.cp - 1) * comm.p2p_time(kv * pb.act, hop)
         cp_total = m * layers_stage * per_layer
         cp_exposed = max(0.0, cp_total - m * ct.parts.get("attention", 0.0) / virt)
-    # PyTorch's DTensor tensor parallelism (torchtitan's plan without async TP) waits on each
-    # all-gather and reduce-scatter before the linear that needs it: nothing hides them;
-    # Megatron / Transformer Engine overlap them with the GEMMs (the efficiency file's prior)
-    dtensor_tp = FRAMEWORKS[job.framework].dtensor_tensor_parallel
-    tp_overlap = 0.0 if dtensor_tp else ov["tensor_parallel"]
-    exposed = dp_exposed + tp_total * (1 - tp_overlap) + pp_total + cp_exposed
+    tp_mode = tp_overlap_mode(job)
+    tp_exposed = tp_exposed_time(tp_mode, tp_total, tp_backward, ov["tensor_parallel"])
+    exposed = dp_exposed + tp_exposed + pp_total + cp_exposed
     comm_total = dp_total + tp_total + pp_total + cp_total
     step = (compute + bubble + exposed + optimizer_s) * (1 + eff.step_overhead)
 
@@ -548,7 +586,7 @@ def estimate_time(
         "optimizer step": optimizer_s,
         "pipeline bubble": bubble,
         "dp comm exposed": dp_exposed,
-        "tp comm exposed": tp_total * (1 - tp_overlap),
+        "tp comm exposed": tp_exposed,
         "pp p2p exposed": pp_total,
         "cp ring exposed": cp_exposed,
         "overhead (unmodelled)": step - step / (1 + eff.step_overhead),
@@ -556,16 +594,7 @@ def estimate_time(
     assumptions += [
         f"intra-node link {intra.name}: {intra.bandwidth / 1e9:.0f} GB/s per GPU per direction achieved",
         f"overlap: data-parallel {ov['data_parallel']:.0%} of backward, FSDP prefetch {ov['fsdp']:.0%}"
-        + (
-            (
-                ", tensor-parallel none (DTensor's collectives are waited on before each "
-                "linear; torchtitan's async TP is not modelled)"
-                if dtensor_tp
-                else f", tensor-parallel {tp_overlap:.0%} (a prior, not fitted)"
-            )
-            if st.tp > 1
-            else ""
-        ),
+        + (", " + TP_OVERLAP_NOTES[tp_mode].format(ov["tensor_parallel"]) if st.tp > 1 else ""),
         f"step overhead {eff.step_overhead:.0%} for data loading, Python and synchronisation",
     ]
     if inter is not None:
