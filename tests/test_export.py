@@ -24,7 +24,7 @@ from gpuplan.planner.export import (
     skypilot_accelerator,
 )
 from gpuplan.report.launch import launch_plan
-from gpuplan.spec import JobSpec, load_spec
+from gpuplan.spec import JobSpec, ParallelismSpec, load_spec
 
 EX = Path(__file__).resolve().parents[1] / "examples"
 
@@ -417,3 +417,15 @@ def test_launch_plan_matches_strategy(full: Plan, spec: JobSpec) -> None:
     for o in full.options[:50]:
         lp = launch_plan(o, spec)
         assert lp.nodes * lp.procs_per_node == o.gpus
+
+
+def test_megatron_note_on_the_tensor_parallel_overlap_assumed(full: Plan, spec: JobSpec) -> None:
+    """Under auto the estimate hides the TP collectives as Transformer Engine's userbuffers do:
+    the launch says which Megatron flag that needs; a stated backward overlap needs none."""
+    o = with_model_parallel(full, tp=2, pp=1)
+    notes = launch_plan(o, spec).notes
+    assert any("--tp-comm-overlap" in n for n in notes)
+    stated = spec.model_copy(
+        update={"parallelism": ParallelismSpec(tp=2, tp_comm_overlap="backward")}
+    )
+    assert not any("--tp-comm-overlap" in n for n in launch_plan(o, stated).notes)

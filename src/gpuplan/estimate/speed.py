@@ -270,16 +270,16 @@ TP_OVERLAP_NOTES = {
 """What each ``tp_comm_overlap`` mode hides, as the assumption line says it."""
 
 
-def tp_overlap_mode(job: MemoryJob) -> str:
-    """The job's tensor-parallel overlap: as stated, else the engine's (``auto``).
+def tp_overlap_mode(stated: str, framework: str) -> str:
+    """A job's tensor-parallel overlap: as stated, else its engine's (``auto``).
 
     PyTorch's DTensor tensor parallelism (torchtitan's plan without async TP) waits on each
     all-gather and reduce-scatter before the linear that needs it; other engines are taken to
     overlap them as Transformer Engine's userbuffers do (the efficiency file's prior).
     """
-    if job.tp_comm_overlap != "auto":
-        return job.tp_comm_overlap
-    return "none" if FRAMEWORKS[job.framework].dtensor_tensor_parallel else "pipelined"
+    if stated != "auto":
+        return stated
+    return "none" if FRAMEWORKS[framework].dtensor_tensor_parallel else "pipelined"
 
 
 def tp_exposed_time(mode: str, total: float, backward: float, overlap: float) -> float:
@@ -557,7 +557,7 @@ def estimate_time(
         per_layer = 3 * (st.cp - 1) * comm.p2p_time(kv * pb.act, hop)
         cp_total = m * layers_stage * per_layer
         cp_exposed = max(0.0, cp_total - m * ct.parts.get("attention", 0.0) / virt)
-    tp_mode = tp_overlap_mode(job)
+    tp_mode = tp_overlap_mode(job.tp_comm_overlap, job.framework)
     tp_exposed = tp_exposed_time(tp_mode, tp_total, tp_backward, ov["tensor_parallel"])
     exposed = dp_exposed + tp_exposed + pp_total + cp_exposed
     comm_total = dp_total + tp_total + pp_total + cp_total

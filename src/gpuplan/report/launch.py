@@ -27,9 +27,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from gpuplan.estimate.speed import tp_overlap_mode
 from gpuplan.estimate.strategy import Strategy
 from gpuplan.planner.model import Option
-from gpuplan.spec import JobSpec
+from gpuplan.spec import JobSpec, ParallelismSpec
 
 MASTER_PORT = 29500
 """torchrun's default rendezvous port (``torch/distributed/run.py``)."""
@@ -83,6 +84,13 @@ def launch_plan(option: Option, spec: JobSpec) -> LaunchPlan:
             )
         if st.sharding == "fsdp" and st.pp > 1:
             notes.append("Megatron's --use-torch-fsdp2 does not support pipeline parallelism yet")
+        if st.tp > 1 and _tp_overlap(spec) == "pipelined":
+            notes.append(
+                "the estimate hides most tensor-parallel collectives under the GEMMs, as "
+                "Transformer Engine's userbuffers do (Megatron's --tp-comm-overlap, which needs "
+                "--sequence-parallel); without it Megatron overlaps only the backward's "
+                "(estimate that with parallelism.tp_comm_overlap: backward)"
+            )
         if st.activation_checkpointing == "selective-op":
             notes.append(
                 "the estimate assumes torchtitan's per-op selective checkpointing "
@@ -114,6 +122,13 @@ def launch_plan(option: Option, spec: JobSpec) -> LaunchPlan:
         notes=tuple(notes),
         accelerate_args=accelerate_args,
     )
+
+
+def _tp_overlap(spec: JobSpec) -> str:
+    """The tensor-parallel overlap the estimate assumed for ``spec``."""
+    par = spec.parallelism
+    stated = par.tp_comm_overlap if isinstance(par, ParallelismSpec) else "auto"
+    return tp_overlap_mode(stated, spec.framework)
 
 
 def _spec_notes(spec: JobSpec) -> list[str]:
