@@ -22,7 +22,14 @@ MEASURED_MS = {  # Table 4: forward + backward, ms
     ("selective", False): 7.7 + 13.2,
     ("selective", True): 7.2 + 13.1,
 }
-LAYER_PARTS = ("gemm", "attention", "elementwise", "kernel launches", "recompute", "tp comm exposed")
+LAYER_PARTS = (
+    "gemm",
+    "attention",
+    "elementwise",
+    "kernel launches",
+    "recompute",
+    "tp comm exposed",
+)
 
 
 def _layer_s(checkpointing: str, sequence_parallel: bool) -> float:
