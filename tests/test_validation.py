@@ -145,3 +145,36 @@ def test_time_under_count_is_the_dangerous_direction() -> None:
     )
     memory = Report(table="m", rows=(_result("allocated", 80.0, 100.0),), excluded=())
     assert memory.summary()["time_under_predicted_over_10pct"] is None
+
+
+def test_by_source_weighs_each_source_once() -> None:
+    """One large source cannot set the median over sources: three rows of source a at 2%,
+    one of b at 20%, one of c at 10% give a row median of 2% but a source median of 10%; a
+    row that failed (no error) is left out of its source."""
+    import dataclasses
+
+    from gpuplan.validation import Report
+
+    def row(src: str, pred: float) -> object:
+        return dataclasses.replace(_result("tokens_per_s_per_gpu", pred, 100.0), source=src)
+
+    failed = dataclasses.replace(_result("tokens_per_s_per_gpu", 0.0, 100.0), error=None)
+    rows = (row("a", 102), row("a", 98), row("a", 102), row("b", 120), row("c", 90), failed)
+    report = Report(table="t", rows=rows, excluded=())  # type: ignore[arg-type]
+    groups = report.by_source()
+    assert [(g["source"], g["rows"]) for g in groups] == [("a", 3), ("b", 1), ("c", 1)]
+    assert groups[0]["median_abs_error"] == pytest.approx(0.02)
+    assert report.median_abs_error == pytest.approx(0.02)
+    assert report.summary()["median_of_source_medians"] == pytest.approx(0.10)
+
+
+def test_validate_json_lists_the_loso_error_by_source(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("validate", "training", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    groups = data["loso"]["by_source"]
+    assert sum(g["rows"] for g in groups) == sum(
+        1 for r in data["loso"]["rows"] if r["error"] is not None
+    )
+    assert [g["rows"] for g in groups] == sorted((g["rows"] for g in groups), reverse=True)
+    assert data["loso"]["summary"]["median_of_source_medians"] > 0

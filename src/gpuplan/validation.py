@@ -173,6 +173,21 @@ class Report:
             )
         return out
 
+    def by_source(self) -> list[dict[str, Any]]:
+        """Each source's rows that ran and their median |error|, the largest source first.
+
+        The unseen measurements a user brings come from many sources, each with its own engine
+        and blind spots, so the spread over sources says more than a median over rows that one
+        large source dominates."""
+        groups: dict[str, list[float]] = {}
+        for r in self.rows:
+            if r.abs_error is not None:
+                groups.setdefault(r.source, []).append(r.abs_error)
+        return [
+            {"source": src, "rows": len(errs), "median_abs_error": statistics.median(errs)}
+            for src, errs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        ]
+
     def summary(self) -> dict[str, Any]:
         """Plain summary for JSON output."""
         worst = self.worst
@@ -190,7 +205,14 @@ class Report:
             "worst_id": worst.id if worst else None,
             "under_predicted_over_10pct": self.under_predicted,
             "time_under_predicted_over_10pct": self.time_under_predicted,
+            "median_of_source_medians": _median_of_sources(self.by_source()),
         }
+
+
+def _median_of_sources(groups: list[dict[str, Any]]) -> float | None:
+    """The median over sources of each source's median |error| (each source weighs 1)."""
+    values = [g["median_abs_error"] for g in groups if g["source"]]
+    return statistics.median(values) if values else None
 
 
 SOURCE_ALIASES = {"huggingface.co/mosaicml": "github.com/mosaicml/llm-foundry"}

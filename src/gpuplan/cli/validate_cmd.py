@@ -186,6 +186,7 @@ def _run(
                         for r in loso.report.rows
                     ],
                     "fold_params": loso.fold_params,
+                    "by_source": loso.report.by_source(),
                 },
                 "coverage": cov.as_json() if cov else None,
                 "fitted_constants": [c.as_json() for c in loso.constants] if loso else [],
@@ -231,6 +232,16 @@ def _run(
                 + f"off by more than 50%: {loso_summary['rows_over_50pct']}"
                 + (f" [stale: {loso.stale}]" if loso.stale else "")
             )
+            groups = loso.report.by_source()
+            if groups:
+                out.print(
+                    f"  by source (LOSO median |error|, rows; median over the "
+                    f"{len(groups)} sources {_pct(loso_summary['median_of_source_medians'])}): "
+                    + ", ".join(
+                        f"{g['source'] or '?'} {_pct(g['median_abs_error'])} ({g['rows']})"
+                        for g in groups
+                    )
+                )
             for c in loso.constants:
                 helps = {True: "lowers", False: "does NOT lower", None: "?"}[c.helps]
                 out.print(
