@@ -1,8 +1,8 @@
 """Layout search (issue 11, item 3): parallelism auto finds the layouts practitioners run.
 
 Covers the engines' layout rules, the bounds (the pruned search must give what the
-exhaustive one gives), the 180B-on-4,096-A100 regression case, 70B on 64 and 128
-H100s, interleaving's memory and the refusal message.
+exhaustive one gives), the 180B-on-4,096-A100 regression case, Korthikanti et al.'s 530B
+on 2,240 A100s, 70B on 64 and 128 H100s, interleaving's memory and the refusal message.
 """
 
 from __future__ import annotations
@@ -229,6 +229,26 @@ def test_the_published_180b_layout_is_in_the_space_and_not_faster(cat) -> None: 
             with_scaling=False,
         )
         assert _per_sample(auto) <= _per_sample(pinned) * (1 + 1e-9)
+
+
+def test_530b_on_2240_a100s_takes_the_papers_layout_class(cat) -> None:  # type: ignore[no-untyped-def]
+    """Korthikanti et al. (arXiv:2205.05198, Sec. 6.3) ran the 530B GPT on 2,240 A100 80GB as
+    TP 8 x PP 35 x DP 8 at 39.15 s a step (global batch 2,240, micro-batch 1, Selene's 8 x 200
+    Gb/s HDR per node). Auto must find that class (TP 8 within the node, a deep pipeline, not
+    ZeRO-3 over 280 replicas) at a step time near the measured one."""
+    config = Path(__file__).resolve().parents[1] / "validation" / "training_configs"
+    spec = _spec(
+        str(config / "megatron-gpt-529p6b.json"),
+        global_batch_size=2240,
+        micro_batch_size=1,
+        framework="megatron",
+    )
+    gpu = cat.gpu("A100-80GB")
+    topo = default_topology(gpu, 2240, inter_node_gbps=1600, fabric="ib")
+    conf = configure(spec, gpu, 2240, topo, with_scaling=False)
+    st = conf.strategy
+    assert st.tp == 8 and st.pp >= 8 and st.sharding != "zero3"
+    assert conf.time.step_time_s == pytest.approx(39.15, rel=0.15)
 
 
 @pytest.mark.parametrize("count", [64, 128])
