@@ -144,8 +144,9 @@ class Framework:
     output projection's ``ColwiseParallel`` too), while ``SequenceParallel`` shards only the
     norms; and the loss runs under ``loss_parallel`` on vocabulary-sharded logits
     (``Numerics.loss_parallel``) unless it is compiled. Its collectives are waited on before
-    the linear that needs them, so the time model hides none of them (torchtitan's async TP,
-    which overlaps them, is off by default and not modelled)."""
+    the linear that needs them, so under ``parallelism.tp_comm_overlap: auto`` the time model
+    hides none of them (torchtitan's async TP, off by default, overlaps them: state it as
+    ``pipelined``)."""
     unties_embeddings: bool = False
     """The engine builds its own model with a separate LM head, so a checkpoint with tied word
     embeddings is loaded into two weights: LitGPT's ``GPT`` has an ``nn.Linear`` lm_head
