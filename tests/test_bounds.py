@@ -34,10 +34,43 @@ SPEC = {
         ({"method": "full", "count": 8, "tp": 1, "pp": 1, "gpus_per_node": 8}, "data-parallel"),
         ({"method": "lora", "count": 8, "tp": 2, "pp": 1, "gpus_per_node": 8}, "tp-pp"),
         ({"method": "full", "count": 16, "tp": 8, "pp": 2, "gpus_per_node": 8}, "multi-node"),
+        (
+            {
+                "family": "encoder",
+                "method": "full",
+                "count": 1,
+                "tp": 1,
+                "pp": 1,
+                "gpus_per_node": 1,
+            },
+            "single-gpu-full",
+        ),
+        (
+            {"family": "vit", "method": "full", "count": 8, "tp": 1, "pp": 1, "gpus_per_node": 8},
+            "data-parallel",
+        ),
+        (
+            {"family": "cnn", "method": "full", "count": 1, "tp": 1, "pp": 1, "gpus_per_node": 1},
+            "cnn",
+        ),
+        (
+            {"family": "cnn", "method": "full", "count": 64, "tp": 1, "pp": 1, "gpus_per_node": 8},
+            "cnn",
+        ),
     ],
 )
 def test_job_class(kw: dict[str, object], cls: str) -> None:
-    assert bnd.job_class(**kw) == cls  # type: ignore[arg-type]
+    assert bnd.job_class(**{"family": "decoder", **kw}) == cls  # type: ignore[arg-type]
+
+
+def test_a_cnn_fit_takes_the_cnn_bounds() -> None:
+    """A ResNet's estimate carries the cnn class's bounds, whatever its layout; a transformer
+    on the same GPU keeps its own class."""
+    gpu = load_catalog().gpu("A100-80GB")
+    cnn = parse_spec({"model": "resnet-50", "image_size": 224, "micro_batch_size": 64})
+    assert fit(cnn, gpu, 1).job_class == "cnn"
+    assert fit(cnn, gpu, 8).job_class == "cnn"
+    assert fit(parse_spec(SPEC), gpu, 1).job_class == "single-gpu-full"
 
 
 def test_every_class_has_bounds_containing_the_estimate() -> None:

@@ -321,6 +321,7 @@ interval for every TP/PP job)."""
 def row_job_class(row: dict[str, str], repo_root: Path) -> str:
     """The job class of a validation row (:func:`gpuplan.estimate.bounds.job_class`)."""
     from gpuplan.estimate.bounds import job_class
+    from gpuplan.estimate.fit import spec_shape
     from gpuplan.spec import ParallelismSpec
     from gpuplan.validation import row_spec
 
@@ -328,6 +329,7 @@ def row_job_class(row: dict[str, str], repo_root: Path) -> str:
     par = spec.parallelism if isinstance(spec.parallelism, ParallelismSpec) else None
     count = int(row.get("count") or 1)
     return job_class(
+        family=spec_shape(spec).family,
         method=spec.method,
         count=count,
         tp=par.tp if par else 1,
@@ -409,12 +411,13 @@ class Coverage:
 def residuals(loso: LosoReport, table: Path, kind: str) -> list[tuple[str, str, str, float]]:
     """``(row id, source, job class, log ratio)`` of each LOSO row; time-directed for training."""
     root = table.resolve().parent.parent
-    classes = {r["id"]: row_job_class(r, root) for r in _ok_rows(table)}
+    rows = {r["id"]: r for r in _ok_rows(table)}
     out = []
     for row in loso.report.rows:
         r = time_log_ratio(row) if kind == "time" else log_ratio(row)
         if r is not None:
-            out.append((row.id, row.source, classes[row.id], r))
+            # only predicted rows: a row whose model does not resolve has no class either
+            out.append((row.id, row.source, row_job_class(rows[row.id], root), r))
     return out
 
 

@@ -24,18 +24,33 @@ from typing import Any, Literal
 
 import yaml
 
-JOB_CLASSES = ("single-gpu-full", "lora", "qlora", "data-parallel", "tp-pp", "multi-node")
-"""Job classes, in the order a job is assigned to the first that applies but one: a job on
-several nodes is ``multi-node``, else with tensor or pipeline parallelism ``tp-pp``, else
-by method (``qlora``, ``lora``), else ``data-parallel`` (DDP, ZeRO, FSDP on one node) or
+JOB_CLASSES = (
+    "single-gpu-full",
+    "lora",
+    "qlora",
+    "data-parallel",
+    "tp-pp",
+    "multi-node",
+    "cnn",
+)
+"""Job classes. A convolutional network (model family ``cnn``) is ``cnn`` whatever its layout:
+its step is priced by another path (:func:`gpuplan.estimate.compute.cnn_step`'s
+convolutions and eager passes, not a transformer's GEMMs and attention), and its residuals
+scatter about twice as far below the estimate as a single-GPU transformer job's
+(``bounds.yaml``). Any other job on several nodes is
+``multi-node``, else with tensor or pipeline parallelism ``tp-pp``, else by method
+(``qlora``, ``lora``), else ``data-parallel`` (DDP, ZeRO, FSDP on one node) or
 ``single-gpu-full``."""
 POOLED = "pooled"
 Kind = Literal["memory", "time"]
 Verdict = Literal["fits", "tight", "no"]
 
 
-def job_class(*, method: str, count: int, tp: int, pp: int, gpus_per_node: int) -> str:
-    """The job class whose residuals size this job's bounds."""
+def job_class(*, family: str, method: str, count: int, tp: int, pp: int, gpus_per_node: int) -> str:
+    """The job class whose residuals size this job's bounds (``family``: the model's,
+    :attr:`gpuplan.models.config.ModelConfig.family`)."""
+    if family == "cnn":
+        return "cnn"
     if count > max(1, gpus_per_node):
         return "multi-node"
     if tp * pp > 1:

@@ -501,5 +501,10 @@ def fit(
 def strategy_class(spec: JobSpec, st: Strategy, count: int, gpus_per_node: int) -> str:
     """The bounds' job class of ``spec`` run with ``st`` on ``count`` GPUs."""
     return bnd.job_class(
-        method=spec.method, count=count, tp=st.tp, pp=st.pp, gpus_per_node=gpus_per_node
+        family=spec_shape(spec).family,
+        method=spec.method,
+        count=count,
+        tp=st.tp,
+        pp=st.pp,
+        gpus_per_node=gpus_per_node,
     )

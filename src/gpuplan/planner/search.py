@@ -189,9 +189,18 @@ def _margin(spec: JobSpec, settings: PlanSettings, gpus: int, gpus_per_node: int
     if settings.risk != "low":
         return settings.safety_margin
     from gpuplan.estimate.bounds import bounds_for, job_class, margin_for_sure_fit
+    from gpuplan.estimate.fit import spec_shape
 
+    family = spec_shape(spec).family
     classes = {
-        job_class(method=spec.method, count=gpus, tp=tp, pp=1, gpus_per_node=gpus_per_node)
+        job_class(
+            family=family,
+            method=spec.method,
+            count=gpus,
+            tp=tp,
+            pp=1,
+            gpus_per_node=gpus_per_node,
+        )
         for tp in ((1, 2) if gpus > 1 else (1,))
     }
     hi = max(bounds_for("memory", c).hi for c in classes)
