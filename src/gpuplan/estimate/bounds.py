@@ -86,11 +86,11 @@ class ClassBounds:
         basis = (
             f"pooled over all {self.rows} rows ({self.job_class} has too few rows or sources)"
             if self.pooled
-            else f"{self.rows} {self.job_class} rows"
+            else f"of {self.rows} {self.job_class} rows"
         )
         return (
             f"80% {self.kind} bounds x{math.exp(self.lo):.2f}..x{math.exp(self.hi):.2f}: "
-            f"leave-one-source-out residuals of {basis} (bounds.yaml)"
+            f"leave-one-source-out residuals {basis} (bounds.yaml)"
         )
 
 
