@@ -185,6 +185,7 @@ START_TP_OVERLAP = 0.85
 FIXED: frozenset[str] = frozenset(
     {
         "Hopper.gemm",
+        "Ampere.attention",
         "Blackwell.attention_cudnn",
         "Volta.gemm",
         "Volta.gemm_fp32",
@@ -201,7 +202,12 @@ on 2026-12-03 (259 rows): Volta.gemm_fp32 stays held (its 14 rows 8.5% fitted at
 at the prior); Blackwell.attention_cudnn would lower its 5 rows' error (3.4% fitted at 0.44 against
 7.1%: Megatron-Bridge's rows 3-4 points better) but stays held, as the table's LOSO median is 8.7%
 either way and the fit adds a row more than 10% low (MLPerf's B200 LoRA row, -9.3% to -12.9% in
-time) and one run time short. ``--fix=NAME,...``
+time) and one run time short. Ampere.attention held since 2026-12-03 (269 rows): its 27 rows'
+LOSO median is 8.89% fitted (0.34) and at the prior (0.375) alike, so by the rule it goes; held,
+the table's LOSO median goes 8.5% -> 8.3% with no row moving more than 2 points out of sample
+(in sample llm-foundry's A100 long-sequence rows, the ones that pulled it to 0.34, lose 2-11
+points; two of them cross into run time >10% short out of sample, at +11.2% and +11.9%).
+``--fix=NAME,...``
 tries more; ``--unfix=NAME,...`` fits a held one, to re-check its verdict after a change."""
 MAX_ROUNDS = 4
 ATTENTION_CEILING = {"Hopper": 0.35}
