@@ -207,6 +207,11 @@ LOSO median is 8.89% fitted (0.34) and at the prior (0.375) alike, so by the rul
 the table's LOSO median goes 8.5% -> 8.3% with no row moving more than 2 points out of sample
 (in sample llm-foundry's A100 long-sequence rows, the ones that pulled it to 0.34, lose 2-11
 points; two of them cross into run time >10% short out of sample, at +11.2% and +11.9%).
+Re-checked at 269 rows the same day, with Ampere.attention held: overlap.tensor_parallel would now
+lower its 43 rows' error (4.7% fitted at 0.95 against 5.5% at the prior), but the table's LOSO
+median rises 8.3% -> 8.5% with 2 more rows low and 2 more run time short, and Blackwell's
+attention_cudnn again lowers its 5 rows (3.4% against 7.1%) with the median unchanged and one
+more row low and one more short: both stay held.
 ``--fix=NAME,...``
 tries more; ``--unfix=NAME,...`` fits a held one, to re-check its verdict after a change."""
 MAX_ROUNDS = 4
