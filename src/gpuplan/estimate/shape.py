@@ -88,6 +88,12 @@ class Shape:
     final_softcapping: bool = False
     """The logits are soft-capped: one more vocabulary-wide tensor saved (tanh's output)."""
 
+    def __hash__(self) -> int:
+        # Every cached estimator step is keyed on the shape; the generated hash walks all its
+        # fields (the layer and CNN tuples included) on each lookup, 2 us a call. Equal shapes
+        # agree on these fields, so this stays consistent with the generated __eq__.
+        return hash((self.model_id, self.hidden, self.layers, self.params_total, self.fixed_tokens))
+
     @property
     def params_linear_per_layer(self) -> int:
         """Elements of the per-layer weight matrices (what NF4 quantizes)."""
