@@ -320,22 +320,16 @@ interval for every TP/PP job)."""
 
 def row_job_class(row: dict[str, str], repo_root: Path) -> str:
     """The job class of a validation row (:func:`gpuplan.estimate.bounds.job_class`)."""
-    from gpuplan.estimate.bounds import job_class
-    from gpuplan.estimate.fit import spec_shape
+    from gpuplan.estimate.fit import strategy_class
+    from gpuplan.estimate.strategy import Strategy
     from gpuplan.spec import ParallelismSpec
     from gpuplan.validation import row_spec
 
     spec = row_spec(row["spec"], row["id"], repo_root)
     par = spec.parallelism if isinstance(spec.parallelism, ParallelismSpec) else None
     count = int(row.get("count") or 1)
-    return job_class(
-        family=spec_shape(spec).family,
-        method=spec.method,
-        count=count,
-        tp=par.tp if par else 1,
-        pp=par.pp if par else 1,
-        gpus_per_node=int(row.get("gpus_per_node") or min(count, 8)),
-    )
+    layout = Strategy(tp=par.tp, pp=par.pp) if par else Strategy()
+    return strategy_class(spec, layout, count, int(row.get("gpus_per_node") or min(count, 8)))
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -188,19 +188,12 @@ def _margin(spec: JobSpec, settings: PlanSettings, gpus: int, gpus_per_node: int
     """The memory margin for ``configure``: with ``--risk low``, room for the upper bound."""
     if settings.risk != "low":
         return settings.safety_margin
-    from gpuplan.estimate.bounds import bounds_for, job_class, margin_for_sure_fit
-    from gpuplan.estimate.fit import spec_shape
+    from gpuplan.estimate.bounds import bounds_for, margin_for_sure_fit
+    from gpuplan.estimate.fit import strategy_class
+    from gpuplan.estimate.strategy import Strategy
 
-    family = spec_shape(spec).family
     classes = {
-        job_class(
-            family=family,
-            method=spec.method,
-            count=gpus,
-            tp=tp,
-            pp=1,
-            gpus_per_node=gpus_per_node,
-        )
+        strategy_class(spec, Strategy(tp=tp), gpus, gpus_per_node)
         for tp in ((1, 2) if gpus > 1 else (1,))
     }
     hi = max(bounds_for("memory", c).hi for c in classes)
