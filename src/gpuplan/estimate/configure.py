@@ -34,7 +34,13 @@ from gpuplan.estimate.layout_search import (
     layout_groups,
     search,
 )
-from gpuplan.estimate.memory import DEFAULT_SAFETY_MARGIN, MemoryEstimate, estimate_memory
+from gpuplan.estimate.memory import (
+    DEFAULT_SAFETY_MARGIN,
+    MemoryCheck,
+    MemoryEstimate,
+    check_memory,
+    estimate_memory,
+)
 from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.speed import TimeEstimate, estimate_time
 from gpuplan.estimate.strategy import AUTO_SHARDINGS, Strategy
@@ -167,12 +173,12 @@ def configure(
         ]
     else:
         groups = layout_groups(search_space(spec, shape, count, topo.gpus_per_node))
-    cache: dict[Strategy, MemoryEstimate] = {}
+    cache: dict[Strategy, MemoryCheck] = {}
 
-    def memory_of(st: Strategy) -> MemoryEstimate:
+    def check_of(st: Strategy) -> MemoryCheck:
         mem = cache.get(st)
         if mem is None:
-            mem = estimate_memory(
+            mem = check_memory(
                 shape,
                 job,
                 st,
@@ -184,15 +190,26 @@ def configure(
             cache[st] = mem
         return mem
 
+    def memory_of(st: Strategy) -> MemoryEstimate:
+        return estimate_memory(
+            shape,
+            job,
+            st,
+            gpu,
+            capacity_bytes=capacity,
+            safety_margin=margin,
+            image_size=spec.image_size,
+        )
+
     def time_of(st: Strategy) -> TimeEstimate:
         return estimate_time(shape, job, st, gpu, topo, work=spec.work, image_size=spec.image_size)
 
     best, closest = search(
-        groups, memory_of, time_of, count=count, require_fit=require_fit or not explicit
+        groups, check_of, time_of, count=count, require_fit=require_fit or not explicit
     )
     if best is None and not require_fit and closest is not None:
         st = closest[1]
-        best = (0.0, 0, st, memory_of(st), time_of(st))
+        best = (0.0, 0, st, time_of(st))
     if best is None:
         detail = (
             f"{closest[1].label()} {describe_miss(memory_of(closest[1]))}"
@@ -204,7 +221,8 @@ def configure(
             closest=[detail],
             hint="use more GPUs, a larger GPU, lora/qlora, or activation checkpointing",
         )
-    _, _, st, mem, t = best
+    _, _, st, t = best
+    mem = memory_of(st)
     mmb = max_micro_batch(
         shape, job, st, gpu, capacity=capacity, margin=margin, image_size=spec.image_size
     )

@@ -19,6 +19,7 @@ from gpuplan.estimate.memory import (
     DEFAULT_SAFETY_MARGIN,
     MemoryEstimate,
     MemoryJob,
+    check_memory,
     estimate_memory,
 )
 from gpuplan.estimate.shape import Shape, shape_of
@@ -420,7 +421,7 @@ def max_micro_batch(
     """Largest micro-batch that fits under ``st`` (0 if even 1 does not)."""
 
     def fits(mb: int) -> bool:
-        return estimate_memory(
+        return check_memory(
             shape,
             job,
             dataclasses.replace(st, micro_batch_size=mb),

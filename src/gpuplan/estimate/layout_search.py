@@ -19,8 +19,10 @@ Two bounds keep it fast (a plan over thousands of GPUs in well under a second):
 * **memory, before timing**: the smallest micro-batch of a layout is estimated
   first (memory grows with the micro-batch); a layout that does not fit even then
   is never timed. The largest micro-batch that fits is found by bisection.
-  Estimates are cached per layout and micro-batch (an interleaved layout's own
-  warm-up counts, per pipeline stage: :mod:`gpuplan.estimate.pipeline`).
+  Each option's memory is a verdict (:func:`gpuplan.estimate.memory.check_memory`: the
+  estimate's numbers without its breakdown and assumptions), cached per layout and
+  micro-batch (an interleaved layout's own warm-up counts, per pipeline stage:
+  :mod:`gpuplan.estimate.pipeline`); only the option chosen is explained.
 
 Without stages the largest micro-batch that fits is the fastest; with stages a
 smaller one shortens the bubble, so every micro-batch that fits is a candidate,
@@ -41,7 +43,7 @@ import heapq
 from collections.abc import Callable, Sequence
 
 from gpuplan.errors import SpecError
-from gpuplan.estimate.memory import MemoryEstimate
+from gpuplan.estimate.memory import MemoryCheck, MemoryEstimate
 from gpuplan.estimate.speed import TimeEstimate
 from gpuplan.estimate.strategy import (
     AUTO_SHARDINGS,
@@ -54,8 +56,8 @@ from gpuplan.estimate.strategy import (
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
-Best = tuple[float, int, Strategy, MemoryEstimate, TimeEstimate]
-"""(seconds per sample, simplicity rank, strategy, memory, time)."""
+Best = tuple[float, int, Strategy, TimeEstimate]
+"""(seconds per sample, simplicity rank, strategy, time)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,7 +225,7 @@ class ComputeBound:
 
 def search(
     groups: Sequence[Sequence[Strategy]],
-    memory_of: Callable[[Strategy], MemoryEstimate],
+    memory_of: Callable[[Strategy], MemoryCheck],
     time_of: Callable[[Strategy], TimeEstimate],
     *,
     count: int,
@@ -231,6 +233,9 @@ def search(
     prune: bool = True,
 ) -> tuple[Best | None, tuple[float, Strategy] | None]:
     """The fastest fitting option of ``groups`` and the closest miss (memory / usable, strategy).
+
+    ``memory_of`` gives each option's verdict (:func:`gpuplan.estimate.memory.check_memory`);
+    the caller explains the option it is given.
 
     ``prune=False`` visits every layout (for tests: the bounds must not change the answer).
     ``require_fit=False`` times the largest option of each layout whatever its memory.
@@ -293,7 +298,7 @@ def search(
             t = plain.time(st)
             score = t.step_time_s / (st.micro_batch_size * st.grad_accum * st.dp)
             if best is None or (score, rank) < (best[0], best[1]):
-                best = (score, rank, st, memory_of(st), t)
+                best = (score, rank, st, t)
     return best, closest
 
 
@@ -328,7 +333,7 @@ class PlainTimes:
         return step / (st.micro_batch_size * st.grad_accum * st.dp) * (1 - 1e-9)
 
 
-def miss_ratio(mem: MemoryEstimate) -> float:
+def miss_ratio(mem: MemoryCheck | MemoryEstimate) -> float:
     """Device memory used over what may be used (> 1: does not fit)."""
     return mem.device_used_bytes / (mem.capacity_bytes * (1 - mem.safety_margin))
 

@@ -74,7 +74,14 @@ from gpuplan.estimate.sharding import (
 )
 from gpuplan.estimate.strategy import Strategy
 
-__all__ = ["DEFAULT_SAFETY_MARGIN", "MemoryEstimate", "MemoryJob", "estimate_memory"]
+__all__ = [
+    "DEFAULT_SAFETY_MARGIN",
+    "MemoryCheck",
+    "MemoryEstimate",
+    "MemoryJob",
+    "check_memory",
+    "estimate_memory",
+]
 
 
 Lines = tuple[tuple[str, float], ...]
@@ -739,7 +746,7 @@ def _transformer_activations(
     act_bytes: int,
     autocast: bool,
     stage: PipelineStage = "first",
-) -> tuple[float, float, list[Item]]:
+) -> tuple[float, float, tuple[Item, ...]]:
     """(saved activation bytes, backward transient bytes, per-layer items) on ``stage``."""
     layout = (
         st.tp,
@@ -762,7 +769,7 @@ def _transformer_activations(
     if has_last:
         saved += prof.output
     transient = prof.transient * prof.tokens if has_last else 0.0
-    return saved * prof.tokens, transient, list(prof.items)
+    return saved * prof.tokens, transient, prof.items
 
 
 def _cnn_activations(shape: Shape, st: Strategy, act_bytes: int, image_size: int | None) -> float:
@@ -790,10 +797,10 @@ def activation_bytes(
     lay: StateLayout,
     tr: Trained,
     image_size: int | None,
-    assumptions: list[str],
     stage: PipelineStage = "first",
 ) -> ActivationBytes:
-    """Step 3: activations saved for backward and the loss gradients (on ``stage``)."""
+    """Step 3: activations saved for backward and the loss gradients (on ``stage``); what
+    they assume is :func:`activation_notes`."""
     pb = PRECISIONS[job.precision]
     if shape.family == "cnn":
         saved = _cnn_activations(shape, st, pb.act, image_size)
@@ -801,13 +808,22 @@ def activation_bytes(
     saved, transient, items = _transformer_activations(
         shape, job, st, tr.trainable, pb.act, pb.autocast and lay.autocast, stage
     )
+    return ActivationBytes(saved=saved, transient=transient, items=items)
+
+
+def activation_notes(shape: Shape, job: MemoryJob, st: Strategy) -> tuple[str, ...]:
+    """The assumptions behind :func:`activation_bytes` (built only for an explained estimate:
+    a layout search compares thousands of verdicts, :func:`check_memory`)."""
+    if shape.family == "cnn":
+        return ()
+    notes: list[str] = []
     if job.bnb_keeps_inputs and FRAMEWORKS[job.framework].keeps_previous_graph:
-        assumptions.append(
+        notes.append(
             "bitsandbytes < 0.43.2 with a loop that holds the previous step's graph: the "
             "previous step's inputs to the 4-bit linears stay live through the next forward"
         )
     if st.tp > 1:
-        assumptions.append(
+        notes.append(
             f"tp={st.tp} with sequence parallelism: norm inputs, column-parallel linear inputs "
             "and dropout masks split over the tp ranks (parallelism.sequence_parallel)"
             if st.sequence_parallel
@@ -815,12 +831,10 @@ def activation_bytes(
             "inputs, dropout masks and checkpointed layer inputs whole on every tp rank"
         )
     if job.fused_attention:
-        assumptions.append("fused attention (flash / memory-efficient SDPA): no s^2 buffers")
+        notes.append("fused attention (flash / memory-efficient SDPA): no s^2 buffers")
     else:
-        assumptions.append(
-            "eager attention: softmax probabilities (s^2 per head) kept for backward"
-        )
-    return ActivationBytes(saved=saved, transient=transient, items=tuple(items))
+        notes.append("eager attention: softmax probabilities (s^2 per head) kept for backward")
+    return tuple(notes)
 
 
 PAGED_DETAIL = "optimizer: paged state resident on the GPU (unified memory)"
@@ -895,6 +909,7 @@ class ModelBytes:
     training_state: TrainingStateBytes
     activations: ActivationBytes
     assumptions: tuple[str, ...]
+    """What the parameters' state assumes (the activations': :func:`activation_notes`)."""
 
 
 @functools.lru_cache(maxsize=8192)
@@ -930,15 +945,9 @@ def model_bytes(
     lay, tr, w, ts, notes = _state_bytes(
         shape, job, dataclasses.replace(st, vp=1) if st.vp > 1 else st, pipeline_stage
     )
-    assumptions = list(notes)
-    act = activation_bytes(shape, job, st, lay, tr, image_size, assumptions, pipeline_stage)
+    act = activation_bytes(shape, job, st, lay, tr, image_size, pipeline_stage)
     return ModelBytes(
-        layout=lay,
-        trained=tr,
-        weights=w,
-        training_state=ts,
-        activations=act,
-        assumptions=tuple(assumptions),
+        layout=lay, trained=tr, weights=w, training_state=ts, activations=act, assumptions=notes
     )
 
 
@@ -980,8 +989,30 @@ def clear_caches() -> None:
     patch a step, and for benchmarks that time a cold estimate)."""
     model_bytes.cache_clear()
     _estimate.cache_clear()
+    _totals.cache_clear()
+    _check.cache_clear()
     _activation_profile.cache_clear()
     _state_bytes.cache_clear()
+
+
+@functools.lru_cache(maxsize=8192)
+def _totals(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    cublas: float,
+    cap: float,
+    safety_margin: float,
+    image_size: int | None,
+    reserve_fraction: float,
+) -> tuple[_StageTotals, ...]:
+    """The numbers of every stage that is sized, the one that peaks highest first (ties go to
+    the first stage): one stage without pipeline parallelism, the first and the last with it."""
+    args = (shape, job, st, cublas, cap, safety_margin, image_size, reserve_fraction)
+    if st.pp <= 1 or shape.family == "cnn":
+        return (_stage_totals(*args, "first"),)
+    first, last = (_stage_totals(*args, stage) for stage in PIPELINE_STAGES)
+    return (last, first) if last.used > first.used else (first, last)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -996,35 +1027,38 @@ def _estimate(
     image_size: int | None,
     reserve_fraction: float,
 ) -> MemoryEstimate:
-    args = (shape, job, st, cublas, cap, cap_basis, safety_margin, image_size, reserve_fraction)
-    if st.pp <= 1 or shape.family == "cnn":
-        return _stage_estimate(*args, "first")
-    # the totals of both stages are cheap; the explained estimate is built for the higher only
-    # (a layout search asks for thousands of pipelined layouts)
-    totals = {
-        stage: _stage_totals(
-            shape, job, st, cublas, cap, safety_margin, image_size, reserve_fraction, stage
-        )
-        for stage in PIPELINE_STAGES
-    }
+    totals = _totals(shape, job, st, cublas, cap, safety_margin, image_size, reserve_fraction)
+    worst = totals[0]
+    est = _stage_estimate(
+        shape,
+        job,
+        st,
+        cublas,
+        cap,
+        cap_basis,
+        safety_margin,
+        image_size,
+        reserve_fraction,
+        worst.stage,
+        worst,
+    )
+    if len(totals) == 1:
+        return est
+    # the explained estimate is the higher stage's; the other's totals come beside it
+    other = totals[1]
     peaks = tuple(
         StagePeak(
-            stage=stage,
+            stage=t.stage,
             peak_allocated_bytes=t.allocated,
             peak_reserved_bytes=t.reserved,
             device_used_bytes=t.used,
         )
-        for stage, t in totals.items()
+        for t in sorted(totals, key=lambda t: PIPELINE_STAGES.index(t.stage))
     )
-    first, last = peaks
-    worst, other = (
-        (last, first) if last.device_used_bytes > first.device_used_bytes else (first, last)
-    )
-    est = _stage_estimate(*args, worst.stage, totals[worst.stage])
     note = (
         f"pipeline: the {worst.stage} stage peaks higher "
-        f"({worst.device_used_bytes / 2**30:.1f} GiB device used) than the "
-        f"{other.stage} ({other.device_used_bytes / 2**30:.1f} GiB): the first holds "
+        f"({worst.used / 2**30:.1f} GiB device used) than the "
+        f"{other.stage} ({other.used / 2**30:.1f} GiB): the first holds "
         "the embedding and the most micro-batches in flight, the last the LM head and the loss; "
         + pipeline.describe(st)
     )
@@ -1032,9 +1066,71 @@ def _estimate(
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryCheck:
+    """A memory estimate's verdict without its explanation (:func:`check_memory`): the same
+    numbers :func:`estimate_memory` reports for the same arguments."""
+
+    device_used_bytes: float
+    capacity_bytes: float
+    safety_margin: float
+    fits: bool
+    reserve_squeezed: bool
+    """It fits only because the allocator gives back part of its usual cache
+    (:attr:`MemoryEstimate.reserve_squeezed`)."""
+
+
+def check_memory(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    gpu: GpuSpec | None,
+    *,
+    capacity_bytes: float | None = None,
+    safety_margin: float = DEFAULT_SAFETY_MARGIN,
+    image_size: int | None = None,
+) -> MemoryCheck:
+    """Whether ``st`` fits, and by how much, as :func:`estimate_memory` would say, without
+    building its breakdown and assumptions: a layout search asks this of thousands of
+    layouts and explains only the one it picks."""
+    cap, _ = _capacity(gpu, capacity_bytes)
+    return _check(
+        shape,
+        job,
+        st,
+        ovh.cublas_workspace_bytes(gpu),
+        cap,
+        safety_margin,
+        image_size,
+        ovh.ALLOCATOR_RESERVE_FRACTION,
+    )
+
+
+@functools.lru_cache(maxsize=8192)
+def _check(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    cublas: float,
+    cap: float,
+    safety_margin: float,
+    image_size: int | None,
+    reserve_fraction: float,
+) -> MemoryCheck:
+    t = _totals(shape, job, st, cublas, cap, safety_margin, image_size, reserve_fraction)[0]
+    return MemoryCheck(
+        device_used_bytes=t.used,
+        capacity_bytes=cap,
+        safety_margin=safety_margin,
+        fits=t.used - t.resident <= t.usable,
+        reserve_squeezed=t.runtime.reserve - t.reserve > 1.0,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class _StageTotals:
     """The numbers of one stage's estimate, before it is explained (:func:`_stage_estimate`)."""
 
+    stage: PipelineStage
     model: ModelBytes
     kept_gradients: float
     """Gradient bytes there from before forward to the end of backward."""
@@ -1100,6 +1196,7 @@ def _stage_totals(
     # makes a job fail
     resident = min(ts.paged_state, max(0.0, usable - used))
     return _StageTotals(
+        stage=pipeline_stage,
         model=mb,
         kept_gradients=kept,
         fwd_bwd=fwd_bwd,
@@ -1130,7 +1227,7 @@ def _stage_estimate(
     )
     mb = t.model
     w, ts, act, lay, tr = mb.weights, mb.training_state, mb.activations, mb.layout, mb.trained
-    assumptions = list(mb.assumptions)
+    assumptions = [*mb.assumptions, *activation_notes(shape, job, st)]
     kept, fwd_bwd, step, rt = t.kept_gradients, t.fwd_bwd, t.step, t.runtime
     if fwd_bwd >= step:
         phase = "forward/backward"
