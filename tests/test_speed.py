@@ -352,6 +352,11 @@ def test_carried_efficiencies_follow_their_fitted_sources() -> None:
     ) * 2
     assert ada.matmul_reference == ampere.matmul_reference == a["Turing"].matmul_reference
     assert (a["Turing"].gemm, a["Turing"].attention) == (a["Ampere"].gemm, a["Ampere"].attention)
+    # the step overhead fitted in place of Ampere's GEMM level goes with it
+    assert ada.step_overhead == a["Turing"].step_overhead == ampere.step_overhead
+    # Ampere's GEMM level is its reference GPU's measured best matmul, not fitted
+    assert ampere.matmul_reference is not None
+    assert ampere.gemm == round(ampere.matmul_reference, 2)
     # Hopper's x the measured B200 / H100 large-GEMM ratio (fit_efficiency BLACKWELL_OVER_HOPPER)
     assert a["Blackwell"].gemm == round(0.88 * a["Hopper"].gemm, 2)
     assert a["Blackwell"].gemm_fp8 == round(0.85 * a["Hopper"].gemm_fp8, 2)
