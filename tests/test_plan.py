@@ -144,6 +144,9 @@ def test_plan_json_contract(cli) -> None:  # type: ignore[no-untyped-def]
     for r in data["rejected"]:
         assert {"provider", "instance_type", "reason"} <= set(r)
     assert data["provenance"]["price_as_of"]
+    # the efficiencies the times rest on, the fitted step overhead among them
+    ampere = data["provenance"]["efficiency"]["Ampere"]
+    assert {"gemm", "gemm_fp8", "hbm", "step_overhead", "basis"} <= set(ampere)
 
 
 def test_plan_currency_cny(cli) -> None:  # type: ignore[no-untyped-def]

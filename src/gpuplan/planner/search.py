@@ -363,7 +363,13 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
             "source": catalog.fx.source,
         },
         "efficiency": {
-            name: {"gemm": a.gemm, "gemm_fp8": a.gemm_fp8, "hbm": a.hbm, "basis": a.basis}
+            name: {
+                "gemm": a.gemm,
+                "gemm_fp8": a.gemm_fp8,
+                "hbm": a.hbm,
+                "step_overhead": a.step_overhead,
+                "basis": a.basis,
+            }
             for name, a in eff.archs.items()
         },
         "price_as_of": sorted({o.price_as_of for o in top}),
