@@ -202,6 +202,7 @@ FIXED: frozenset[str] = frozenset(
         "Volta.gemm_fp32",
         "overlap.tensor_parallel",
         *(f"{arch}.gemm" for arch in MEASURED_GEMM),
+        "Ada Lovelace.gemm",  # carried from Ampere's measured level (CARRIED), not fitted
         # the step overhead is fitted where the GEMM level is measured, else it stays at its
         # prior and the fitted GEMM level carries what the model does not price
         "Hopper.step_overhead",
@@ -564,7 +565,10 @@ def main() -> int:
     FIXED = FIXED | {n for a in extra for n in a.split(",") if n}
     unfix = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--unfix=")]
     FIXED = FIXED - {n for a in unfix for n in a.split(",") if n}
-    base = holdout.efficiencies_with(calibration.efficiencies(), {n: _prior(n) for n in FIXED})
+    # held values at their priors; carried ones follow them (Ada's GEMM level, Ampere's measured one)
+    base = _carry(
+        holdout.efficiencies_with(calibration.efficiencies(), {n: _prior(n) for n in FIXED})
+    )
     if FIXED:
         print(f"not fitted (kept at their priors): {', '.join(sorted(FIXED))}")
     print("all rows")
