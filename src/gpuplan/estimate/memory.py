@@ -199,8 +199,15 @@ class MemoryEstimate:
     @property
     def reserve_squeezed(self) -> bool:
         """It fits only because the allocator gives back part of its usual cache."""
-        held = self.peak_reserved_bytes - self.peak_allocated_bytes
-        return self.steady_reserve_bytes - held > 1.0  # bytes: not a rounding difference
+        return squeezed(
+            self.steady_reserve_bytes, self.peak_reserved_bytes - self.peak_allocated_bytes
+        )
+
+
+def squeezed(steady: float, held: float) -> bool:
+    """Whether the allocator holds less than its usual reserve (``steady``) beyond the
+    allocated peak (:func:`squeezed_reserve`); a byte's difference is rounding, not a squeeze."""
+    return steady - held > 1.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -1121,8 +1128,8 @@ def _check(
         device_used_bytes=t.used,
         capacity_bytes=cap,
         safety_margin=safety_margin,
-        fits=t.used - t.resident <= t.usable,
-        reserve_squeezed=t.runtime.reserve - t.reserve > 1.0,
+        fits=t.fits,
+        reserve_squeezed=squeezed(t.runtime.reserve, t.reserve),
     )
 
 
@@ -1150,6 +1157,12 @@ class _StageTotals:
     def used(self) -> float:
         """Device used, a paged optimizer's resident state included."""
         return self.reserved + self.runtime.context + self.runtime.nccl + self.resident
+
+    @property
+    def fits(self) -> bool:
+        """Device used fits what may be used; a paged optimizer's resident state never
+        decides it (the driver pages it out when the rest needs the room)."""
+        return self.used - self.resident <= self.usable
 
 
 def grads_allocated_at_init(job: MemoryJob, lay: StateLayout) -> bool:
@@ -1247,7 +1260,7 @@ def _stage_estimate(
         }
     allocated, reserve, usable, resident = t.allocated, t.reserve, t.usable, t.resident
     reserved = t.reserved
-    fits = t.used - resident <= usable
+    fits = t.fits
     used = t.used
     parts["optimizer"] += resident
     breakdown = {**parts, "overhead": used - sum(parts.values())}
