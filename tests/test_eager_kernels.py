@@ -95,3 +95,32 @@ def test_the_counts_match_the_counting_script() -> None:
 
     counted = sum(script.layer_ops(llama).values())
     assert counted == pytest.approx(EAGER_KERNELS_PER_LAYER["llama"], rel=0.15)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="needs the trace extra"
+)
+def test_the_byte_count_matches_swiglu_counted_by_hand() -> None:
+    """``--bytes`` (docs/accuracy.md, "Eager element-wise traffic counted"): in 16 bits, a
+    SwiGLU's forward reads and writes the gate for SiLU (4 bytes per unit) and reads two and
+    writes one for the product (6): 10; its backward runs two products (12) and SiLU's
+    backward (6): 28 in all. Autocast's fp32 norms and casts move more on the hidden width
+    than the module cast to 16 bits."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import count_eager_kernels as script
+    finally:
+        sys.path.pop(0)
+    import transformers as tf
+
+    w = script.WIDTHS
+    llama, _, _ = script.builders(
+        tf, hidden=w["hidden"], ffn=w["ffn"], head_dim=w["kv"], kv_heads=1
+    )
+
+    classes = {w["hidden"]: "hidden", w["ffn"]: "ffn", 1: "scalar"}
+    step16, fwd16 = script.layer_bytes(llama, "cast16", classes)
+    assert step16["ffn"] / w["ffn"] == 28
+    assert fwd16["ffn"] / w["ffn"] == 10
+    step_ac, _ = script.layer_bytes(llama, "autocast", classes)
+    assert step_ac["hidden"] > 1.2 * step16["hidden"]
