@@ -244,6 +244,20 @@ CASES: dict[str, tuple[dict[str, Any], int]] = {
         + H
         + LAYERS * ((H * 128 + 2 * H * 64 + 128 * H) + 2 * 32 + 3 * H * INTER + 2 * H),
     ),
+    "qwen3_moe": (
+        {
+            **_llama_tiny(),
+            "model_type": "qwen3_moe",
+            "head_dim": 32,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 24,
+        },
+        # attention as qwen3's; a router (H x 4) and four SwiGLU experts of width 24
+        VOCAB * H * 2
+        + H
+        + LAYERS * ((H * 128 + 2 * H * 64 + 128 * H) + 2 * 32 + H * 4 + 4 * 3 * H * 24 + 2 * H),
+    ),
     "gemma2": (
         {**_llama_tiny(), "model_type": "gemma2", "head_dim": 32},
         VOCAB * H + H + LAYERS * ((H * 128 + 2 * H * 64 + 128 * H) + 3 * H * INTER + 4 * H),
@@ -649,3 +663,18 @@ def test_cli_models_help_documents_every_option() -> None:
     assert result.exit_code == 0
     for text in ("List the model presets", "--json", "--family", "preset id"):
         assert text in result.stdout
+
+
+@pytest.mark.parametrize(("key", "value"), [("decoder_sparse_step", 2), ("mlp_only_layers", [0])])
+def test_qwen3_moe_with_dense_layers_is_refused_by_name(key: str, value: object) -> None:
+    """Dense layers among sparse ones are not representable: an error naming the key."""
+    cfg = {
+        **_llama_tiny(),
+        "model_type": "qwen3_moe",
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 24,
+        key: value,
+    }
+    with pytest.raises(SpecError, match=key):
+        from_hf_config(cfg, id="tiny-qwen3-moe")
