@@ -396,6 +396,17 @@ def test_megatron_context_parallel_flag(full: Plan, spec: JobSpec) -> None:
     assert flag(torchrun_args(export(o2, spec, "torchrun")), "--context-parallel-size") == "2"
 
 
+def test_megatron_expert_parallel_flag(full: Plan, spec: JobSpec) -> None:
+    """An expert-parallel layout (ep > 1) is exported with Megatron's --expert-model-parallel-size."""
+    o = with_strategy(with_model_parallel(full, tp=2, pp=1), vp=1)
+    assert "--expert-model-parallel-size" not in torchrun_args(export(o, spec, "torchrun"))
+    conf = o.configuration
+    st = dataclasses.replace(conf.strategy, ep=2)
+    fit2 = dataclasses.replace(conf.fit, strategy=st)
+    o2 = dataclasses.replace(o, configuration=dataclasses.replace(conf, fit=fit2))
+    assert flag(torchrun_args(export(o2, spec, "torchrun")), "--expert-model-parallel-size") == "2"
+
+
 def test_megatron_with_zero_uses_deepspeed_config(full: Plan, spec: JobSpec) -> None:
     o = with_strategy(with_model_parallel(full, tp=2, pp=1), sharding="zero1")
     parts = sections(export(o, spec, "torchrun"))

@@ -239,6 +239,18 @@ class ParallelismSpec(_Spec):
         "around the ring; the cp ranks share the weights like data-parallel ranks. seq_len "
         "must divide by 2 x cp (load-balanced causal chunks). Not tried by parallelism: auto.",
     )
+    ep: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Expert-parallel degree (mixture-of-experts models; Megatron-Core "
+        "`--expert-model-parallel-size`, torchtitan's expert parallelism): each rank holds "
+        "num_experts / ep of every layer's experts (split over tp as well), the ep ranks are "
+        "carved from the data x context parallel ranks and exchange each MoE layer's routed "
+        "tokens by all-to-all (dispatch and combine, forward and backward, exposed); the "
+        "experts' gradients are reduced, and their sharded state split, over the dp x cp / ep "
+        "ranks that hold the same experts. ep must divide num_experts and dp x cp.",
+    )
     sequence_parallel: bool = Field(
         default=True,
         description="With tp > 1, whether the activations outside the tensor-parallel region "

@@ -123,3 +123,20 @@ def collective_time(
 def p2p_time(nbytes: float, link: Link) -> float:
     """One point-to-point send."""
     return nbytes / link.bandwidth + link.latency
+
+
+def all_to_all_time(
+    nbytes: float, group: int, per_node: int, intra: Link, inter: Link | None
+) -> float:
+    """One all-to-all in which each of ``group`` ranks holds ``nbytes`` spread evenly over the
+    group (a mixture of experts' token dispatch or combine): it keeps 1/group and sends the
+    rest, the part bound for ranks of its own node over the intra-node link and the rest over
+    its share of the node's network, both at once (NCCL's send/recv pairs)."""
+    if group <= 1 or nbytes <= 0:
+        return 0.0
+    local = max(1, min(per_node, group))
+    if local >= group or inter is None:
+        return (group - 1) / group * nbytes / intra.bandwidth + (group - 1) * intra.latency
+    inside = (local - 1) / group * nbytes / intra.bandwidth
+    outside = (group - local) / group * nbytes / inter.bandwidth
+    return max(inside, outside) + (group - 1) * inter.latency

@@ -221,6 +221,26 @@ def _optimizer_impl(spec: JobSpec) -> str:
     return FRAMEWORKS[spec.framework].default_optimizer_impl
 
 
+def check_expert_parallel(ep: int, shape: Shape, replicas: int) -> None:
+    """Expert parallelism needs experts to split and data x context ranks to carve it from."""
+    if ep == 1:
+        return
+    if shape.num_experts <= 1:
+        raise SpecError(
+            f"parallelism.ep: {ep} needs a mixture-of-experts model; {shape.model_id} has no experts"
+        )
+    if shape.num_experts % ep:
+        raise SpecError(
+            f"parallelism.ep: {ep} does not divide the {shape.num_experts} experts of "
+            f"{shape.model_id}"
+        )
+    if replicas % ep:
+        raise SpecError(
+            f"parallelism.ep: {ep} does not divide the {replicas} data x context parallel ranks "
+            "it is carved from (GPUs / (tp x pp))"
+        )
+
+
 def explicit_strategy(
     spec: JobSpec,
     count: int,
@@ -254,6 +274,12 @@ def explicit_strategy(
     if par.pp > shape.layers:
         raise SpecError(f"parallelism.pp: {par.pp} stages exceed the {shape.layers} layers")
     dp = count // model_par
+    check_expert_parallel(par.ep, shape, dp * par.cp)
+    if par.ep > 1 and spec.method == "qlora":
+        raise SpecError(
+            "parallelism.ep: expert parallelism with qlora is not modelled (4-bit experts)",
+            hint="--set parallelism.ep=1",
+        )
     mb = micro_batch or spec.micro_batch_size
     ga = grad_accum_for(spec.global_batch_size, mb, dp)
     if ga is None:
@@ -279,6 +305,7 @@ def explicit_strategy(
         pp=par.pp,
         vp=par.vp if par.pp > 1 else 1,
         cp=par.cp,
+        ep=par.ep,
         sequence_parallel=par.sequence_parallel,
         dp=dp,
         micro_batch_size=mb,

@@ -102,3 +102,12 @@ def adapter_params_per_layer(shape: Shape, roles: frozenset[str], rank: int) -> 
         for lin in shape.linears
         if lin.role in roles
     )
+
+
+def expert_adapter_params_per_layer(shape: Shape, roles: frozenset[str], rank: int) -> int:
+    """Of :func:`adapter_params_per_layer`, the adapters on the experts' linears (all experts)."""
+    return sum(
+        lin.count * rank * (lin.in_features + lin.out_features)
+        for lin in shape.linears
+        if lin.role in roles and lin.count > 1
+    )

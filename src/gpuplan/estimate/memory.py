@@ -54,7 +54,7 @@ from gpuplan.estimate.activations import (
     per_tp_rank,
 )
 from gpuplan.estimate.frameworks import FRAMEWORKS
-from gpuplan.estimate.lora import adapter_params_per_layer
+from gpuplan.estimate.lora import adapter_params_per_layer, expert_adapter_params_per_layer
 from gpuplan.estimate.margin import DEFAULT_SAFETY_MARGIN
 from gpuplan.estimate.numerics import (
     NF4_BYTES,
@@ -217,11 +217,29 @@ class StageParams:
     layer: float
     other: float
     layers: int
+    expert: float = 0.0
+    """The stage's expert parameters per tensor-parallel rank, all experts (part of ``layer``)."""
+    ep: int = 1
+    """Expert-parallel degree: a rank holds ``expert / ep`` of them."""
 
     @property
     def total(self) -> float:
-        """All parameters of the stage on this rank."""
-        return self.layer + self.other
+        """All parameters of the stage on this rank (with expert parallelism: its own experts)."""
+        return self.per_rank(1)
+
+    def per_rank(self, ranks: int) -> float:
+        """Parameters per rank when what each rank holds is split over ``ranks`` data-parallel
+        ranks: :func:`split_over`."""
+        return split_over(self.layer + self.other - self.expert, self.expert, self.ep, ranks)
+
+
+def split_over(dense: float, expert: float, ep: int, ranks: int) -> float:
+    """Per-rank share of ``dense`` parameters split over ``ranks`` and of ``expert`` ones
+    (all experts) held by ``ep`` expert-parallel ranks and split over the ``ranks / ep`` that
+    hold the same experts (Megatron-Core's expert-data-parallel group): expert / max(ep, ranks).
+    Sharded state is therefore the same per rank with or without expert parallelism; what each
+    rank holds whole (parameters and gradients under DDP) shrinks by ep."""
+    return dense / max(1, ranks) + expert / max(ep, ranks, 1)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,6 +252,16 @@ class Trained:
     grad_bytes: float
     state_bytes: int
     master_bytes: float
+    expert: float = 0.0
+    """Of ``params`` before expert parallelism, the experts' (all experts, per TP rank)."""
+    ep: int = 1
+
+    def per_rank(self, ranks: int) -> float:
+        """Trainable elements per rank split over ``ranks`` (:func:`split_over`)."""
+        if self.ep == 1:
+            return self.params / max(1, ranks)
+        dense = self.params - self.expert / self.ep
+        return split_over(dense, self.expert, self.ep, ranks)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -310,8 +338,25 @@ def stage_params(shape: Shape, st: Strategy, stage: PipelineStage = "first") -> 
         copy = shape.vocab * shape.hidden if shape.tied_embeddings else head
         other = copy + shape.params_final_norm
     return StageParams(
-        layer=layers * shape.params_per_layer / st.tp, other=other / st.tp, layers=layers
+        layer=layers * shape.params_per_layer / st.tp,
+        other=other / st.tp,
+        layers=layers,
+        expert=layers * expert_params_per_layer(shape) / st.tp if st.ep > 1 else 0.0,
+        ep=st.ep,
     )
+
+
+def expert_params_per_layer(shape: Shape) -> int:
+    """Elements of one layer's experts (the linears a mixture of experts has num_experts of)."""
+    return sum(lin.params for lin in shape.linears if lin.count > 1)
+
+
+def layer_params_held(shape: Shape, ep: int) -> float:
+    """Parameters of one layer a rank holds (or gathers): its own experts only under ep."""
+    if ep == 1:
+        return shape.params_per_layer
+    expert = expert_params_per_layer(shape)
+    return shape.params_per_layer - expert + expert / ep
 
 
 def layout_for(job: MemoryJob, st: Strategy) -> StateLayout:
@@ -364,8 +409,18 @@ def trained(
             grad_bytes=lay.grad_bytes,
             state_bytes=lay.state_bytes,
             master_bytes=lay.master_bytes,
+            expert=stage.expert,
+            ep=st.ep,
         )
-    adapters = adapter_params_per_layer(shape, job.lora_roles, job.lora_rank) * stage.layers / st.tp
+    per_layer = adapter_params_per_layer(shape, job.lora_roles, job.lora_rank)
+    expert_adapters = 0.0
+    if st.ep > 1:
+        expert_adapters = (
+            expert_adapter_params_per_layer(shape, job.lora_roles, job.lora_rank)
+            * stage.layers
+            / st.tp
+        )
+    adapters = per_layer * stage.layers / st.tp - expert_adapters + expert_adapters / st.ep
     adapter_b = adapter_bytes(job, lay)
     if _engine_16bit(lay):
         # the engine casts the module (adapters included) to 16 bits; fp32 master in the optimizer
@@ -386,6 +441,8 @@ def trained(
         grad_bytes=grad_b,
         state_bytes=state_b,
         master_bytes=master_b,
+        expert=expert_adapters,
+        ep=st.ep,
     )
 
 
@@ -418,7 +475,7 @@ def weight_bytes(
     offload_params = st.offload == "optimizer+params"
     offloaded = 2 * shape.params_per_layer / st.tp * pb.param
     if job.method == "full":
-        stored = offloaded if offload_params else stage.total * lay.param_bytes / lay.param_ranks
+        stored = offloaded if offload_params else stage.per_rank(lay.param_ranks) * lay.param_bytes
         lines.append(("weights: parameters", stored))
         if lay.unsharded_compute_params:
             compute = stage.total * lay.gather_bytes
@@ -427,7 +484,7 @@ def weight_bytes(
             )
         elif lay.compute_copy_bytes:
             sharded = lay.param_ranks > 1
-            copies = (2 * shape.params_per_layer / st.tp) if sharded else stage.total
+            copies = (2 * layer_params_held(shape, st.ep) / st.tp) if sharded else stage.total
             compute = copies * lay.compute_copy_bytes
             lines.append(("weights: low-precision compute copies", compute))
     else:
@@ -463,7 +520,7 @@ def weight_bytes(
                 "quantization of absmax (QLoRA paper)"
             )
         else:
-            stored = offloaded if offload_params else stage.total * base_b / lay.param_ranks
+            stored = offloaded if offload_params else stage.per_rank(lay.param_ranks) * base_b
             lines.append(("weights: frozen base", stored))
         if lay.unsharded_compute_params and lay.param_ranks > 1 and not offload_params:
             # FSDP SHARD_GRAD_OP: the whole stage's frozen base stays gathered until backward
@@ -480,7 +537,7 @@ def weight_bytes(
     if lay.gathered_layers and not lay.unsharded_compute_params:
         per_elem = gathered_layer_bytes(shape, job, pb, lay) / shape.params_per_layer
         elems = min(
-            lay.gathered_layers * shape.params_per_layer + lay.gathered_extra_elements,
+            lay.gathered_layers * layer_params_held(shape, st.ep) + lay.gathered_extra_elements,
             lay.gathered_cap_elements,
         )
         gathered = elems * per_elem / st.tp
@@ -521,7 +578,7 @@ def training_state_bytes(
     """Step 2: gradients, optimizer state and step temporaries."""
     fw = FRAMEWORKS[job.framework]
     lines: list[tuple[str, float]] = []
-    grads = 0.0 if lay.grads_on_host else tr.params * tr.grad_bytes / lay.grad_ranks
+    grads = 0.0 if lay.grads_on_host else tr.per_rank(lay.grad_ranks) * tr.grad_bytes
     if job.optimizer_in_backward:
         # the post-accumulate-grad hook steps and frees each gradient as it is accumulated
         grads = min(grads, largest_parameter(shape, st) / lay.grad_ranks * tr.grad_bytes)
@@ -533,7 +590,7 @@ def training_state_bytes(
         total_grads += buffer
     if lay.param_ranks > 1 and job.method != "full" and fw.fsdp_mixed_units:
         unsharded = fw.fsdp_unsharded_accumulation and st.grad_accum > 1
-        extra = stage.total * tr.grad_bytes / (1 if unsharded else lay.param_ranks) - grads
+        extra = stage.per_rank(1 if unsharded else lay.param_ranks) * tr.grad_bytes - grads
         lines.append(("gradients: FSDP units mixing frozen and LoRA params", extra))
         total_grads += extra
         assumptions.append(
@@ -550,36 +607,38 @@ def training_state_bytes(
             "DDP with gradient_as_bucket_view=False (the default) keeps a bucket copy of the grads"
         )
     if lay.grad_partition_copy_bytes:
-        copy = tr.params * lay.grad_partition_copy_bytes / lay.optimizer_ranks
+        copy = tr.per_rank(lay.optimizer_ranks) * lay.grad_partition_copy_bytes
         lines.append(("gradients: DeepSpeed contiguous copy of the own partition", copy))
         total_grads += copy
     if lay.bucket_bytes:
         lines.append(("gradients: reduction buckets", lay.bucket_bytes))
         total_grads += lay.bucket_bytes
 
+    # per rank after the optimizer's sharding (expert parallelism: split_over)
+    opt_params = tr.per_rank(lay.optimizer_ranks)
     if job.optimizer == "adafactor" and job.method == "full":
-        opt_state = _adafactor_state(shape, stage, st)
+        opt_state = _adafactor_state(shape, stage, st) / lay.optimizer_ranks
     else:
-        opt_state = tr.params * optimizer_state_bytes(job.optimizer, tr.state_bytes)
-    opt_state += tr.params * tr.master_bytes
-    opt_tmp = tr.params * optimizer_temp_bytes(job.optimizer, tr.state_bytes)
+        opt_state = opt_params * optimizer_state_bytes(job.optimizer, tr.state_bytes)
+    opt_state += opt_params * tr.master_bytes
+    opt_tmp = opt_params * optimizer_temp_bytes(job.optimizer, tr.state_bytes)
     if job.optimizer_impl == "fused":
         opt_tmp = 0.0
     elif job.optimizer_impl == "for-loop" or job.optimizer_in_backward:
         # one parameter tensor at a time (a per-parameter optimizer in backward steps one list
         # of one tensor): the largest one
-        largest = largest_parameter(shape, st)
+        largest = largest_parameter(shape, st) / lay.optimizer_ranks
         opt_tmp = min(opt_tmp, largest * tr.state_bytes) if opt_tmp else 0.0
     step_grad = 0.0
     if lay.step_grad_bytes:
-        step_grad = min(tr.params / lay.optimizer_ranks, lay.step_grad_cap_elements)
+        step_grad = min(opt_params, lay.step_grad_cap_elements)
         step_grad *= lay.step_grad_bytes
     if st.offload != "none":
         assumptions.append("optimizer state and step on the CPU (offload)")
         opt_state = opt_tmp = step_grad = 0.0
     paged = 0.0
     if job.paged_optimizer:
-        paged = tr.params * optimizer_state_bytes(job.optimizer, tr.state_bytes)
+        paged = opt_params * optimizer_state_bytes(job.optimizer, tr.state_bytes)
         opt_state -= paged
     if job.optimizer_in_backward:
         assumptions.append(
@@ -587,9 +646,6 @@ def training_state_bytes(
             "accumulated and the gradient freed (torchtune optimizer_in_bwd), so one "
             "parameter's gradient and step temporaries exist at a time"
         )
-    opt_state /= lay.optimizer_ranks
-    opt_tmp /= lay.optimizer_ranks
-    paged /= lay.optimizer_ranks
     lines.append(("optimizer: state", opt_state))
     lines.append(("optimizer: step temporaries", opt_tmp))
     if step_grad:

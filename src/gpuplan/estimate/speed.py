@@ -37,10 +37,18 @@ from gpuplan.estimate.compute import (
 )
 from gpuplan.estimate.frameworks import DS_COALESCED_GATHERS, FRAMEWORKS
 from gpuplan.estimate.gathers import deepspeed_parameter_gathers
-from gpuplan.estimate.lora import adapter_params_per_layer
-from gpuplan.estimate.memory import MemoryJob, adapter_bytes, gathered_layer_bytes, layout_for
+from gpuplan.estimate.lora import adapter_params_per_layer, expert_adapter_params_per_layer
+from gpuplan.estimate.memory import (
+    MemoryJob,
+    adapter_bytes,
+    expert_params_per_layer,
+    gathered_layer_bytes,
+    layout_for,
+    split_over,
+)
 from gpuplan.estimate.numerics import PRECISIONS, PrecisionBytes
 from gpuplan.estimate.shape import Shape
+from gpuplan.estimate.sharding import StateLayout
 from gpuplan.estimate.strategy import Strategy
 
 
@@ -299,6 +307,45 @@ def tp_exposed_time(mode: str, total: float, backward: float, overlap: float) ->
     return total * (1 - overlap)
 
 
+def _expert_dp_time(
+    st: Strategy,
+    full: bool,
+    expert_held: float,
+    pb: PrecisionBytes,
+    layers_stage: int,
+    shape: Shape,
+    job: MemoryJob,
+    lay: StateLayout,
+    dp_per_node: int,
+    intra: comm.Link,
+    inter: comm.Link | None,
+) -> float:
+    """Data-parallel traffic of a rank's own experts over the ranks that hold the same ones
+    (``st.expert_replicas``), as :func:`estimate_time` prices the dense part's: all-reduce
+    (none), reduce-scatter and all-gather (zero1/2), or per micro-batch two all-gathers and a
+    reduce-scatter (zero3/fsdp)."""
+    group = st.expert_replicas
+    per_node = max(1, dp_per_node // st.ep)
+    grad = expert_held * (pb.grad if full else 4)
+    if st.sharding in ("zero3", "fsdp", "hsdp"):
+        if full:
+            gather = expert_held * (pb.compute_copy or pb.param)
+        else:
+            expert_share = expert_params_per_layer(shape) / shape.params_per_layer
+            layer = gathered_layer_bytes(shape, job, pb, lay) * expert_share / st.ep
+            gather = layers_stage * layer / st.tp
+        return st.grad_accum * (
+            2 * comm.collective_time("all-gather", gather, group, per_node, intra, inter)
+            + comm.collective_time("reduce-scatter", grad, group, per_node, intra, inter)
+        )
+    if st.sharding == "none":
+        return comm.collective_time("all-reduce", grad, group, per_node, intra, inter)
+    param = expert_held * max(pb.compute_copy, pb.param if not pb.compute_copy else 0)
+    return comm.collective_time(
+        "reduce-scatter", grad, group, per_node, intra, inter
+    ) + comm.collective_time("all-gather", param or grad, group, per_node, intra, inter)
+
+
 def estimate_time(
     shape: Shape,
     job: MemoryJob,
@@ -321,13 +368,24 @@ def estimate_time(
         trainable_stage = (
             layers_stage * shape.params_per_layer + shape.params_embedding + shape.params_head
         ) / st.tp
+        expert_stage = layers_stage * expert_params_per_layer(shape) / st.tp if st.ep > 1 else 0.0
     else:
         trainable_stage = (
             adapter_params_per_layer(shape, job.lora_roles, job.lora_rank) * layers_stage / st.tp
         )
-    opt_params = trainable_stage / (
-        st.shard_degree if st.sharding != "none" and st.replicas > 1 else 1
-    )
+        expert_stage = (
+            expert_adapter_params_per_layer(shape, job.lora_roles, job.lora_rank)
+            * layers_stage
+            / st.tp
+            if st.ep > 1
+            else 0.0
+        )
+    # expert parallelism: a rank holds and reduces its own experts only (expert_stage / ep),
+    # over the ranks that hold the same experts (st.expert_replicas)
+    trainable_stage -= expert_stage
+    expert_held = expert_stage / st.ep
+    opt_shard = st.shard_degree if st.sharding != "none" and st.replicas > 1 else 1
+    opt_params = split_over(trainable_stage, expert_stage, st.ep, opt_shard)
     opt_bytes = _optimizer_bytes_per_param(job.optimizer, job.precision, full, job.optimizer_impl)
     attn = ""
     cudnn = cudnn_attention(job, gpu)
@@ -455,7 +513,8 @@ def estimate_time(
     optimizer_s = opt_params * opt_bytes / (bw * eff.hbm)
     if st.offload != "none":
         pcie = eff_all.pcie_gb_per_s.get(gpu.pcie_generation or 4, 31.5) * 1e9 * 0.7
-        optimizer_s = trainable_stage * (pb.grad + pb.param) / pcie + trainable_stage / 1e9
+        held = trainable_stage + expert_held
+        optimizer_s = held * (pb.grad + pb.param) / pcie + held / 1e9
         assumptions.append(
             "offloaded optimizer: grads down and params up over PCIe, CPU Adam at 1e9 params/s"
         )
@@ -470,15 +529,21 @@ def estimate_time(
     ov = eff_all.overlap
     dp_total = dp_exposed = 0.0
     replicas = st.replicas
+    dense_gather_skip = expert_params_per_layer(shape) / shape.params_per_layer if st.ep > 1 else 0
     if replicas > 1:
         if st.sharding in ("zero3", "fsdp", "hsdp"):
-            stage_params = (layers_stage * shape.params_per_layer + shape.params_embedding) / st.tp
+            # the dense part of a layer (under expert parallelism the experts are gathered
+            # apart, over the ranks that hold the same experts: below)
+            dense_share = 1 - dense_gather_skip
+            stage_params = (
+                layers_stage * shape.params_per_layer * dense_share + shape.params_embedding
+            ) / st.tp
             if full:
                 gather_bytes = stage_params * (pb.compute_copy or pb.param)
             else:
                 # a frozen base is gathered as stored: 16-bit, or QLoRA's packed 4-bit weights
                 # (bitsandbytes quant_storage in the 16-bit dtype, what FSDP QLoRA shards)
-                layer = gathered_layer_bytes(shape, job, pb, lay)
+                layer = gathered_layer_bytes(shape, job, pb, lay) * dense_share
                 gather_bytes = (layers_stage * layer + shape.params_embedding * 2) / st.tp
             shard = st.shard_degree
             if job.zero3_parameter_gathers and st.sharding == "zero3":
@@ -530,6 +595,45 @@ def estimate_time(
             dp_exposed = max(
                 total - ov["data_parallel"] * backward_last, (1 - ov["data_parallel"]) * total
             )
+    if expert_held and st.expert_replicas > 1:
+        # the experts' gradients (and FSDP gathers) over the ranks holding the same experts:
+        # Megatron-Core's expert-data-parallel group, strided across the expert-parallel groups
+        e_total = _expert_dp_time(
+            st, full, expert_held, pb, layers_stage, shape, job, lay, dp_per_node, intra, inter
+        )
+        sharded = st.sharding in ("zero3", "fsdp", "hsdp")
+        budget = ov["fsdp"] * compute if sharded else ov["data_parallel"] * micro * 2 / 3
+        frac = ov["fsdp"] if sharded else ov["data_parallel"]
+        hidden_before = dp_total - dp_exposed
+        dp_total += e_total
+        dp_exposed = max(dp_total - max(budget, hidden_before), (1 - frac) * dp_total)
+    ep_total = 0.0
+    if st.ep > 1 and shape.num_experts > 1:
+        # each MoE layer dispatches its routed tokens to the experts' ranks and combines them
+        # back, in forward and again in backward (and in a recomputed forward): Megatron-Core's
+        # all-to-all token dispatcher, on the compute stream (not overlapped)
+        tokens = (
+            st.micro_batch_size
+            * max(1, seq // st.cp)
+            / (st.tp if st.tp > 1 and st.sequence_parallel else 1)
+        )
+        routed = tokens * shape.experts_per_token * shape.hidden * pb.act
+        per_node_ep = max(1, min(st.ep, gpn // st.tp))
+        passes = 6 if st.activation_checkpointing == "full" else 4
+        ep_total = (
+            m
+            * layers_stage
+            * passes
+            * comm.all_to_all_time(routed, st.ep, per_node_ep, intra, inter)
+        )
+        assumptions.append(
+            f"expert parallelism {st.ep}: {passes} all-to-alls of the routed tokens per MoE "
+            f"layer and micro-batch ({ep_total:.2f} s a step), not overlapped; "
+            f"{shape.num_experts // st.ep} experts per rank, expert gradients reduced over "
+            f"{st.expert_replicas} ranks. Router, token permutation and grouped-GEMM costs are "
+            "not modelled: Megatron-Bridge's Qwen3-30B-A3B runs measured 2.5-4x slower than "
+            "this estimate (docs/accuracy.md, 'Expert parallelism')"
+        )
     tp_total = tp_backward = 0.0
     if st.tp > 1 and shape.family != "cnn":
         # Megatron's tensor-parallel layer reduces the hidden state twice in forward (after the
@@ -559,8 +663,8 @@ def estimate_time(
         cp_exposed = max(0.0, cp_total - m * ct.parts.get("attention", 0.0) / virt)
     tp_mode = tp_overlap_mode(job.tp_comm_overlap, job.framework)
     tp_exposed = tp_exposed_time(tp_mode, tp_total, tp_backward, ov["tensor_parallel"])
-    exposed = dp_exposed + tp_exposed + pp_total + cp_exposed
-    comm_total = dp_total + tp_total + pp_total + cp_total
+    exposed = dp_exposed + tp_exposed + pp_total + cp_exposed + ep_total
+    comm_total = dp_total + tp_total + pp_total + cp_total + ep_total
     step = (compute + bubble + exposed + optimizer_s) * (1 + eff.step_overhead)
 
     global_samples = st.micro_batch_size * m * st.dp
@@ -589,6 +693,7 @@ def estimate_time(
         "tp comm exposed": tp_exposed,
         "pp p2p exposed": pp_total,
         "cp ring exposed": cp_exposed,
+        "ep all-to-all exposed": ep_total,
         "overhead (unmodelled)": step - step / (1 + eff.step_overhead),
     }
     assumptions += [

@@ -26,6 +26,9 @@ class Strategy:
     """Virtual pipeline stages per GPU (interleaved schedule)."""
     cp: int = 1
     """Context-parallel degree: each rank holds seq_len / cp tokens of every sequence."""
+    ep: int = 1
+    """Expert-parallel degree: each rank holds num_experts / ep of every MoE layer's experts;
+    the ep ranks are part of the data x context parallel ranks (``replicas``)."""
     sequence_parallel: bool = True
     """With ``tp > 1``: activations outside the tensor-parallel region are split over the tp
     ranks (Megatron ``--sequence-parallel``); False keeps them whole on every rank."""
@@ -49,6 +52,11 @@ class Strategy:
         return min(self.replicas, self.shard_ranks) if self.shard_ranks else self.replicas
 
     @property
+    def expert_replicas(self) -> int:
+        """Ranks holding the same experts: ``replicas / ep`` (the expert-data-parallel group)."""
+        return max(1, self.replicas // self.ep)
+
+    @property
     def gpus(self) -> int:
         """GPUs used."""
         return self.tp * self.pp * self.cp * self.dp
@@ -67,6 +75,7 @@ class Strategy:
             "offload": self.offload,
             "cp": self.cp,
             "sequence_parallel": self.sequence_parallel,
+            "ep": self.ep,
         }
 
     def label(self) -> str:
@@ -75,6 +84,7 @@ class Strategy:
         parts += [f"tp{self.tp}"] if self.tp > 1 else []
         parts += [f"pp{self.pp}" + (f"v{self.vp}" if self.vp > 1 else "")] if self.pp > 1 else []
         parts += [f"cp{self.cp}"] if self.cp > 1 else []
+        parts += [f"ep{self.ep}"] if self.ep > 1 else []
         parts += ["sp=off"] if self.tp > 1 and not self.sequence_parallel else []
         parts += [f"dp{self.dp}", f"mb{self.micro_batch_size}"]
         if self.grad_accum > 1:

@@ -200,6 +200,8 @@ def _megatron_args(st: Strategy, prec: str) -> tuple[str, ...]:
         args += ["--num-virtual-stages-per-pipeline-rank", str(st.vp)]
     if st.cp > 1:
         args += ["--context-parallel-size", str(st.cp)]
+    if st.ep > 1:  # each rank's experts and the all-to-alls the estimate priced
+        args += ["--expert-model-parallel-size", str(st.ep)]
     args += [
         "--micro-batch-size",
         str(st.micro_batch_size),

@@ -634,6 +634,12 @@ def trace_memory(
             "--trace: qlora needs bitsandbytes kernels, which are not traced",
             hint="drop --trace for the analytic estimate",
         )
+    par = spec.parallelism
+    if not isinstance(par, str) and par.ep > 1:
+        raise SpecError(
+            "--trace: expert parallelism (parallelism.ep) is not traced",
+            hint="drop --trace for the analytic estimate",
+        )
     for field, on in (
         ("paged_optimizer", spec.paged_optimizer),
         ("optimizer_in_backward", spec.optimizer_in_backward),
