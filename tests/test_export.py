@@ -385,26 +385,19 @@ def test_megatron_interleaved_pipeline_flag(full: Plan, spec: JobSpec) -> None:
     assert flag(args, "--num-virtual-stages-per-pipeline-rank") == "4"
 
 
-def test_megatron_context_parallel_flag(full: Plan, spec: JobSpec) -> None:
-    """A context-parallel layout (cp > 1) is exported with Megatron's --context-parallel-size."""
+@pytest.mark.parametrize(
+    ("field", "option"),
+    [("cp", "--context-parallel-size"), ("ep", "--expert-model-parallel-size")],
+)
+def test_megatron_parallel_size_flags(full: Plan, spec: JobSpec, field: str, option: str) -> None:
+    """A context- or expert-parallel layout (cp, ep > 1) is exported with Megatron's own flag."""
     o = with_strategy(with_model_parallel(full, tp=2, pp=1), vp=1)
-    assert "--context-parallel-size" not in torchrun_args(export(o, spec, "torchrun"))
+    assert option not in torchrun_args(export(o, spec, "torchrun"))
     conf = o.configuration
-    st = dataclasses.replace(conf.strategy, cp=2)
+    st = dataclasses.replace(conf.strategy, **{field: 2})
     fit2 = dataclasses.replace(conf.fit, strategy=st)
     o2 = dataclasses.replace(o, configuration=dataclasses.replace(conf, fit=fit2))
-    assert flag(torchrun_args(export(o2, spec, "torchrun")), "--context-parallel-size") == "2"
-
-
-def test_megatron_expert_parallel_flag(full: Plan, spec: JobSpec) -> None:
-    """An expert-parallel layout (ep > 1) is exported with Megatron's --expert-model-parallel-size."""
-    o = with_strategy(with_model_parallel(full, tp=2, pp=1), vp=1)
-    assert "--expert-model-parallel-size" not in torchrun_args(export(o, spec, "torchrun"))
-    conf = o.configuration
-    st = dataclasses.replace(conf.strategy, ep=2)
-    fit2 = dataclasses.replace(conf.fit, strategy=st)
-    o2 = dataclasses.replace(o, configuration=dataclasses.replace(conf, fit=fit2))
-    assert flag(torchrun_args(export(o2, spec, "torchrun")), "--expert-model-parallel-size") == "2"
+    assert flag(torchrun_args(export(o2, spec, "torchrun")), option) == "2"
 
 
 def test_megatron_with_zero_uses_deepspeed_config(full: Plan, spec: JobSpec) -> None:
