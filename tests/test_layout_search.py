@@ -145,6 +145,7 @@ def test_no_layout_keeps_an_indivisible_global_batch(cat) -> None:  # type: igno
         ("falcon-180b", "full", "A100-40GB", 512, 2048),
         ("gpt2", "full", "L4", 4, None),
         ("mixtral-8x7b", "full", "A100-40GB", 64, 256),
+        ("qwen3-30b-a3b", "full", "H100-SXM", 32, 256),
     ],
 )
 def test_pruned_search_equals_exhaustive(  # type: ignore[no-untyped-def]

@@ -160,7 +160,7 @@ class ComputeBound:
     """Lower bounds on seconds per sample, from one timing per (tp, checkpointing, micro-batch).
 
     ``time_of`` times a representative layout: the same TP, checkpointing and
-    micro-batch, no stages, no data parallelism. Its compute and its exposed
+    micro-batch, no stages, no data or expert parallelism. Its compute and its exposed
     tensor-parallel traffic, scaled by the step overhead the same estimate
     applies, are what any layout sharing TP, checkpointing and micro-batch must at
     least spend per sample; stages add the bubble on the compute.
@@ -184,7 +184,8 @@ class ComputeBound:
         key = (st.tp, st.activation_checkpointing, st.micro_batch_size)
         value = self._per_sample.get(key)
         if value is None:
-            rep = dataclasses.replace(st, pp=1, vp=1, dp=1, grad_accum=1, sharding="none")
+            # no expert parallelism either: its all-to-alls only add to a layout's time
+            rep = dataclasses.replace(st, pp=1, vp=1, dp=1, ep=1, grad_accum=1, sharding="none")
             t = self._time_of(rep)
             modelled = t.compute_s + t.bubble_s + t.exposed_comm_s + t.optimizer_s
             overhead = max(1.0, t.step_time_s / modelled) if modelled > 0 else 1.0
