@@ -131,3 +131,17 @@ def test_the_strategy_names_its_expert_parallelism() -> None:
     st = explicit_strategy(spec, 16, model_shape(spec.model))
     assert "ep8" in st.label()
     assert st.as_contract()["ep"] == 8
+
+
+def test_fp8_experts_keep_their_fp8_input_cast() -> None:
+    """Under an fp8 recipe the experts' first linear keeps the fp8 cast of its input (1 byte a
+    routed token copy and hidden unit), as Transformer Engine's dense linears do; bf16 keeps 2."""
+    shape = model_shape("qwen3-30b-a3b")
+    k, h = shape.experts_per_token, shape.hidden
+    for precision, width in (("fp8-mixed", 1), ("bf16-mixed", 2)):
+        spec = _spec(8, precision=precision)
+        st = explicit_strategy(spec, 16, shape)
+        m = estimate_memory(shape, memory_job(spec, shape), st, H100)
+        items = {i.name: i.bytes_per_token for i in m.activation_items}
+        name = "moe gathered expert inputs" + (" (fp8)" if width == 1 else "")
+        assert items[name] == k * h * width

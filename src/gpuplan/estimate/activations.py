@@ -391,7 +391,16 @@ def _mlp(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
             Item(name="moe router softmax (fp32)", bytes_per_token=FP32 * shape.num_experts)
         )
         if tr.full or any(tr.lora_on(r) for r in up_roles):
-            items.append(Item(name="moe gathered expert inputs", bytes_per_token=k * a * h))
+            # the experts' first linear keeps its input: under fp8 the cast it computed with
+            # (Transformer Engine's GroupedLinear, as its Linear), and the 16-bit permuted
+            # tokens are freed
+            fp8 = num.fp8_linear_inputs
+            items.append(
+                Item(
+                    name="moe gathered expert inputs" + (" (fp8)" if fp8 else ""),
+                    bytes_per_token=k * (1 if fp8 else a) * h,
+                )
+            )
         items.append(
             Item(name="moe expert outputs (for routing-weight grad)", bytes_per_token=k * a * h)
         )
