@@ -243,8 +243,8 @@ class ParallelismSpec(_Spec):
         default=1,
         ge=1,
         le=1024,
-        description="Expert-parallel degree (mixture-of-experts models; Megatron-Core "
-        "`--expert-model-parallel-size`, torchtitan's expert parallelism): each rank holds "
+        description="Expert-parallel degree (mixture-of-experts models; Megatron-Core's "
+        "`--expert-model-parallel-size`, expert tensor parallelism equal to tp): each rank holds "
         "num_experts / ep of every layer's experts (split over tp as well), the ep ranks are "
         "carved from the data x context parallel ranks and exchange each MoE layer's routed "
         "tokens by all-to-all (dispatch and combine, forward and backward, exposed); the "

@@ -258,10 +258,7 @@ class Trained:
 
     def per_rank(self, ranks: int) -> float:
         """Trainable elements per rank split over ``ranks`` (:func:`split_over`)."""
-        if self.ep == 1:
-            return self.params / max(1, ranks)
-        dense = self.params - self.expert / self.ep
-        return split_over(dense, self.expert, self.ep, ranks)
+        return split_over(self.params - self.expert / self.ep, self.expert, self.ep, ranks)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
