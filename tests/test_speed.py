@@ -716,3 +716,26 @@ def test_pcie_p2p_false_needs_its_source() -> None:
     rtx["pcie_p2p_source"] = None
     with pytest.raises(ValueError, match="pcie_p2p_source"):
         GpuSpec.model_validate(rtx)
+
+
+def test_peft_mfu_counts_no_weight_gradient_for_the_frozen_base(cat) -> None:  # type: ignore[no-untyped-def]
+    """MFU's model FLOPs are what the method needs: a frozen base runs forward and input
+    gradient (4N), so an fp32 LoRA step at the plain-fp32 GEMM level stays under 100%."""
+    base = {
+        "model": "falcon-40b",
+        "precision": "fp32",
+        "optimizer": "sgd-momentum",
+        "micro_batch_size": 2,
+        "seq_len": 512,
+        "global_batch_size": 128,
+        "parallelism": {"sharding": "zero3", "tp": 1, "pp": 1},
+    }
+    gpu = cat.gpu("H100-SXM")
+    topo = default_topology(gpu, 8)
+    lora = configure(parse_spec({**base, "method": "lora"}), gpu, 8, topo, require_fit=False)
+    full = configure(parse_spec({**base, "method": "full"}), gpu, 8, topo, require_fit=False)
+    assert 0 < lora.time.mfu < 1
+    flops_lora = lora.time.mfu * lora.time.step_time_s
+    flops_full = full.time.mfu * full.time.step_time_s
+    # linears 4N against 6N; attention and the rest keep their share, so a little over 2/3
+    assert 0.66 < flops_lora / flops_full < 0.70

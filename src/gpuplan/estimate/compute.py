@@ -347,7 +347,9 @@ def transformer_step(
         head_s += 3 * loss_pass  # fp32 loss passes: softmax read and write, gradient write
         head_fwd += 2 * loss_pass
         head_flops *= 1 + head_bwd
-    model = layers * (3 * gemm_fwd + 3 * attn_fwd) + (head_flops if tr.full else head_flops * 1.5)
+    # model FLOPs are what the method needs, recompute left out: a frozen base's linears and
+    # head run forward and input gradient (no weight gradient), so PEFT counts 4N, not 6N
+    model = layers * (gemm_fwd + gemm_bwd + 3 * attn_fwd) + head_flops
     hw = layers * (gemm_fwd + gemm_bwd + attn_hw) + head_flops
     return ComputeTime(
         layer_s=layer_s,
