@@ -739,3 +739,51 @@ def test_peft_mfu_counts_no_weight_gradient_for_the_frozen_base(cat) -> None:  #
     flops_full = full.time.mfu * full.time.step_time_s
     # linears 4N against 6N; attention and the rest keep their share, so a little over 2/3
     assert 0.66 < flops_lora / flops_full < 0.70
+
+
+@pytest.mark.parametrize(
+    ("capability", "transposes"),
+    [("8.9", True), ("9.0", True), ("10.0", False), ("11.0", False), ("12.0", True), (None, True)],
+)
+def test_fp8_gemms_take_tn_only_before_data_centre_blackwell(
+    capability: str | None, transposes: bool
+) -> None:
+    """Transformer Engine's ``is_non_tn_fp8_gemm_supported``: 10.x, 11.x and 13+ only."""
+    from gpuplan.estimate.compute import fp8_needs_transposes
+
+    assert fp8_needs_transposes(capability) is transposes
+
+
+def test_fp8_casts_write_the_transposed_copies_a_tn_gemm_needs(cat, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """On Hopper each fp8 cast also writes a transposed copy: one more byte per element of every
+    linear's input, output gradient and weight (the weight's alone for a frozen base)."""
+    import gpuplan.estimate.speed as speed
+    from gpuplan.estimate.calibration import efficiencies
+    from gpuplan.estimate.configure import spec_shape
+
+    gpu = cat.gpu("H100-SXM")
+    topo = default_topology(gpu, 8)
+    hbm = efficiencies().archs["Hopper"].hbm
+    for method in ("full", "lora"):
+        spec = _long_seq_spec(
+            seq_len=4096, precision="fp8-mixed", activation_checkpointing="none", method=method
+        )
+        with_t = configure(spec, gpu, 8, topo, require_fit=False)
+        monkeypatch.setattr(speed, "fp8_needs_transposes", lambda _cc: False)
+        without = configure(spec, gpu, 8, topo, require_fit=False)
+        monkeypatch.undo()
+        shape = spec_shape(spec)
+        st = with_t.strategy
+        tokens = st.micro_batch_size * 4096
+        per_layer = sum(
+            (tokens * (lin.in_features + lin.out_features) if method == "full" else 0)
+            + lin.in_features * lin.out_features
+            for lin in shape.linears
+        )
+        m = st.grad_accum
+        expected = m * shape.layers * per_layer / (gpu.memory_bandwidth_gb_per_s * 1e9 * hbm)
+        diff = with_t.time.parts["elementwise"] - without.time.parts["elementwise"]
+        assert diff == pytest.approx(expected, rel=1e-9)
+    # data-centre Blackwell reads the other layouts: no copies
+    b200 = cat.gpu("B200")
+    assert not speed.fp8_needs_transposes(b200.compute_capability)

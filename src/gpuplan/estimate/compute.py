@@ -147,6 +147,24 @@ def _gemm_passes(
     return t_fwd, t_fwd + t_bwd
 
 
+def fp8_needs_transposes(compute_capability: str | None) -> bool:
+    """Whether fp8 GEMMs on this GPU take only the TN layout, so that each fp8 cast also writes
+    a transposed copy for the backward GEMMs.
+
+    cuBLASLt's fp8 GEMMs on Ada and Hopper (8.9, 9.0) and consumer Blackwell (12.x) are TN only;
+    data-centre Blackwell (10.x, 11.x) and later take other layouts. Transformer Engine reads it
+    from the device (``transformer_engine/pytorch/utils.py``, ``is_non_tn_fp8_gemm_supported``)
+    and then casts with a fused cast-transpose (TE 1.x ``module/linear.py``, ``_Linear``:
+    ``fp8_cast_transpose_fused`` of the input when the weight takes a gradient, of the weight,
+    and of the output gradient in backward; TE 2.x asks the quantizer for columnwise data for
+    the same operands). A GPU without a stated compute capability is taken as TN only.
+    """
+    if not compute_capability:
+        return True
+    major = int(compute_capability.split(".")[0])
+    return not (10 <= major < 12 or major >= 13)
+
+
 def peak_flops(gpu: GpuSpec, dtype: str) -> float:
     """Dense peak FLOP/s of ``gpu`` in ``dtype`` (fp8 falls back to bf16 where absent)."""
     table = gpu.peak_tflops_dense
@@ -177,6 +195,7 @@ def transformer_step(
     adapter: AdapterImpl | None = None,
     adapter_peak: float = 0.0,
     kernels_per_layer: int = KERNELS_PER_LAYER,
+    fp8_transposes: bool = True,
 ) -> ComputeTime:
     """Compute time of the worst pipeline stage for one micro-batch.
 
@@ -197,6 +216,7 @@ def transformer_step(
     ``adapter``: how the LoRA branches run (:mod:`gpuplan.estimate.adapter_time`), priced at
     ``adapter_peak`` FLOP/s for their GEMMs; their saved tensors then leave the element-wise
     term (``Item.branch``), which would otherwise price them a second time.
+    ``fp8_transposes``: fp8 casts also write a transposed copy (:func:`fp8_needs_transposes`).
     """
     ctx = attention_seq or seq
     # a GEMM's fixed cost (launch, tail, wave quantisation) is a time: in FLOPs it grows
@@ -231,11 +251,15 @@ def transformer_step(
         bwd_mult = 2.0 if tr.full else 1.0  # frozen base: input gradient only
         if dtype == "fp8" and lin.role != "router":
             # Transformer Engine casts each GEMM's operands to fp8 with a scale: forward input and
-            # weight, backward output gradient (read in 16 bits, written in 8)
+            # weight, backward output gradient (read in 16 bits, written in 8); where the fp8
+            # GEMM takes only the TN layout, each cast also writes the transposed copy a backward
+            # GEMM reads: the weight's for the input gradient, the input's and the output
+            # gradient's for the weight gradient (none of those two for a frozen weight)
             w = lin.in_features * lin.out_features / tp
-            cast_bytes += (tokens * copies * (lin.in_features + lin.out_features / tp) + w) * (
-                a + 1
-            )
+            act_t = 1 if fp8_transposes and tr.full else 0
+            cast_bytes += tokens * copies * (lin.in_features + lin.out_features / tp) * (
+                a + 1 + act_t
+            ) + w * (a + 1 + (1 if fp8_transposes else 0))
         gemm_fwd += flops
         gemm_bwd += flops * bwd_mult
         out_w = lin.out_features / tp if lin.role != "router" else lin.out_features

@@ -35,6 +35,7 @@ from gpuplan.estimate.compute import (
     SOFTCAP_PASSES,
     ComputeTime,
     cnn_step,
+    fp8_needs_transposes,
     peak_flops,
     transformer_step,
 )
@@ -473,6 +474,7 @@ def estimate_time(
             score_passes=score_passes,
             adapter=adapter,
             kernels_per_layer=_kernels_per_layer(job, shape),
+            fp8_transposes=fp8_needs_transposes(gpu.compute_capability),
             adapter_peak=peak_flops(
                 gpu, "fp32" if adapter_b == 4 and not adapter.autocast else "bf16"
             ),
