@@ -397,3 +397,35 @@ def test_cli_refusal_is_one_line_with_gib_and_percent(cli, tmp_path: Path) -> No
     assert len(lines) == 1
     assert lines[0].startswith("error: ")
     assert "closest:" in lines[0] and "GiB" in lines[0] and "%" in lines[0]
+
+
+def test_refusal_hint_names_what_the_closest_layout_leaves(cat) -> None:  # type: ignore[no-untyped-def]
+    """An explicit micro-batch of 16 without recompute: the hint names both, and lora/qlora for
+    a full fine-tune; a job already at micro-batch 1 with full recompute is not told either."""
+    big = parse_spec(
+        {
+            "model": "llama-3-8b",
+            "seq_len": 8192,
+            "micro_batch_size": 16,
+            "parallelism": {"sharding": "zero3", "tp": 1, "pp": 1},
+        }
+    )
+    with pytest.raises(InfeasibleError) as info:
+        configure(big, cat.gpu("A100-40GB"), 8)
+    hint = info.value.hint or ""
+    assert "a micro_batch_size below 16" in hint
+    assert "activation_checkpointing: full" in hint and "lora/qlora" in hint
+    small = parse_spec(
+        {
+            "model": "llama-3-70b",
+            "method": "lora",
+            "seq_len": 2048,
+            "activation_checkpointing": "full",
+            "parallelism": {"sharding": "none", "tp": 1, "pp": 1},
+        }
+    )
+    with pytest.raises(InfeasibleError) as info:
+        configure(small, cat.gpu("L4"), 1)
+    hint = info.value.hint or ""
+    assert "micro_batch_size" not in hint and "checkpointing" not in hint
+    assert hint.endswith("or qlora")

@@ -140,6 +140,21 @@ def auto_shardings(framework: str, count: int, gpus_per_node: int) -> tuple[str,
     )
 
 
+def refusal_hint(spec: JobSpec, closest: Strategy | None) -> str:
+    """What would make a refused job fit, from what its closest layout still leaves on the table
+    (a micro-batch above 1, no recompute, a full fine-tune), after more or larger GPUs."""
+    ways = ["more GPUs", "a larger GPU"]
+    if closest is not None and closest.micro_batch_size > 1:
+        ways.append(f"a micro_batch_size below {closest.micro_batch_size}")
+    if closest is not None and closest.activation_checkpointing == "none":
+        ways.append("activation_checkpointing: full")
+    if spec.method == "full":
+        ways.append("lora/qlora")
+    elif spec.method == "lora":
+        ways.append("qlora")
+    return "use " + ", ".join(ways[:-1]) + " or " + ways[-1]
+
+
 def configure(
     spec: JobSpec,
     gpu: GpuSpec,
@@ -219,7 +234,7 @@ def configure(
         raise InfeasibleError(
             f"{spec.model} does not fit on {count} x {gpu.id} with any strategy tried; closest: {detail}",
             closest=[detail],
-            hint="use more GPUs, a larger GPU, lora/qlora, or activation checkpointing",
+            hint=refusal_hint(spec, closest[1] if closest else None),
         )
     _, _, st, t = best
     mem = memory_of(st)
