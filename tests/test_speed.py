@@ -787,3 +787,28 @@ def test_fp8_casts_write_the_transposed_copies_a_tn_gemm_needs(cat, monkeypatch)
     # data-centre Blackwell reads the other layouts: no copies
     b200 = cat.gpu("B200")
     assert not speed.fp8_needs_transposes(b200.compute_capability)
+
+
+def test_gradients_cross_the_wire_in_the_engines_gradient_dtype(cat) -> None:  # type: ignore[no-untyped-def]
+    """Megatron reduces its main_grad buffer: bf16 unless grad_reduce_in_fp32; torch autocast's
+    gradients are fp32 (the parameters' dtype); DeepSpeed's are 16-bit."""
+    gpu = cat.gpu("H100-SXM")
+    topo = default_topology(gpu, 16, inter_node_gbps=400, fabric="infiniband")
+
+    def comm_s(**kw: object) -> float:
+        spec = parse_spec(
+            {
+                "model": "llama-3-8b",
+                "seq_len": 4096,
+                "precision": "bf16-mixed",
+                "parallelism": {"sharding": "none", "tp": 1, "pp": 1},
+                **kw,
+            }
+        )
+        return configure(spec, gpu, 16, topo, require_fit=False).time.comm_total_s
+
+    fp32 = comm_s(framework="megatron", megatron={"grad_reduce_in_fp32": True})
+    bf16 = comm_s(framework="megatron", megatron={"grad_reduce_in_fp32": False})
+    assert 1.9 < fp32 / bf16 <= 2.0
+    assert comm_s(framework="hf") == pytest.approx(fp32, rel=1e-9)
+    assert comm_s(framework="deepspeed") == pytest.approx(bf16, rel=1e-9)

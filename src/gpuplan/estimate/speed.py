@@ -331,7 +331,7 @@ def _expert_dp_time(
     reduce-scatter (zero3/fsdp)."""
     group = st.expert_replicas
     per_node = max(1, dp_per_node // st.ep)
-    grad = expert_held * (pb.grad if full else 4)
+    grad = expert_held * (lay.grad_bytes if full else 4)  # the engine's gradient dtype
     if st.sharding in ("zero3", "fsdp", "hsdp"):
         if full:
             gather = expert_held * (pb.compute_copy or pb.param)
@@ -529,7 +529,9 @@ def estimate_time(
     inter = comm.inter_link(topo, eff_all)
     gpn = topo.gpus_per_node
     dp_per_node = max(1, gpn // (st.tp * st.pp))  # ranks of the data x context group per node
-    grad_bytes = trainable_stage * (pb.grad if full else 4)
+    # gradients cross the wire in the engine's gradient dtype: torch autocast's fp32, DeepSpeed's
+    # and Apex O2's 16 bits, Megatron's main_grad buffer (bf16 unless grad_reduce_in_fp32)
+    grad_bytes = trainable_stage * (lay.grad_bytes if full else 4)
     param_bytes = trainable_stage * max(pb.compute_copy, pb.param if not pb.compute_copy else 0)
     ov = eff_all.overlap
     dp_total = dp_exposed = 0.0
@@ -648,7 +650,7 @@ def estimate_time(
             f"layer and micro-batch ({ep_total:.2f} s a step), not overlapped; "
             f"{shape.num_experts // st.ep} experts per rank, expert gradients reduced over "
             f"{st.expert_replicas} ranks. Router, token permutation and grouped-GEMM costs are "
-            "not modelled: Megatron-Bridge's Qwen3 MoE runs measured 1.3-2.9x slower than "
+            "not modelled: Megatron-Bridge's Qwen3 MoE runs measured 1.4-2.9x slower than "
             "this estimate (docs/accuracy.md, 'Expert parallelism')"
         )
     tp_total = tp_backward = 0.0
