@@ -812,3 +812,27 @@ def test_gradients_cross_the_wire_in_the_engines_gradient_dtype(cat) -> None:  #
     assert 1.9 < fp32 / bf16 <= 2.0
     assert comm_s(framework="hf") == pytest.approx(fp32, rel=1e-9)
     assert comm_s(framework="deepspeed") == pytest.approx(bf16, rel=1e-9)
+
+
+def test_the_distributed_optimizer_gathers_parameters_as_megatron_stores_them(cat) -> None:  # type: ignore[no-untyped-def]
+    """Megatron's distributed optimizer all-gathers its bf16 model parameters after the step,
+    under an fp8 recipe too; only fp8_param_gather (spec megatron.fp8_params) gathers fp8."""
+    gpu = cat.gpu("H100-SXM")
+    topo = default_topology(gpu, 16, inter_node_gbps=400, fabric="infiniband")
+
+    def comm_s(precision: str, **megatron: object) -> float:
+        spec = parse_spec(
+            {
+                "model": "llama-3-8b",
+                "seq_len": 4096,
+                "precision": precision,
+                "framework": "megatron",
+                "megatron": {"grad_reduce_in_fp32": False, **megatron},
+                "parallelism": {"sharding": "zero1", "tp": 1, "pp": 1},
+            }
+        )
+        return configure(spec, gpu, 16, topo, require_fit=False).time.comm_total_s
+
+    bf16 = comm_s("bf16-mixed")
+    assert comm_s("fp8-mixed") == pytest.approx(bf16, rel=1e-9)
+    assert comm_s("fp8-mixed", fp8_params=True) < bf16

@@ -532,7 +532,14 @@ def estimate_time(
     # gradients cross the wire in the engine's gradient dtype: torch autocast's fp32, DeepSpeed's
     # and Apex O2's 16 bits, Megatron's main_grad buffer (bf16 unless grad_reduce_in_fp32)
     grad_bytes = trainable_stage * (lay.grad_bytes if full else 4)
-    param_bytes = trainable_stage * max(pb.compute_copy, pb.param if not pb.compute_copy else 0)
+    # a sharded optimizer all-gathers the parameters as the engine stores them: Megatron's
+    # 16-bit model parameters (fp8 only with fp8_param_gather), DeepSpeed's and Apex's 16 bits;
+    # PyTorch's sharded engines gather the compute copy
+    param_bytes = trainable_stage * (
+        lay.param_bytes
+        if lay.engine in ("megatron", "deepspeed", "apex")
+        else max(pb.compute_copy, pb.param if not pb.compute_copy else 0)
+    )
     ov = eff_all.overlap
     dp_total = dp_exposed = 0.0
     replicas = st.replicas
