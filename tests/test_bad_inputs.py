@@ -616,3 +616,26 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     )
     assert proc.stdout.startswith("H100-SXM x1")
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("capability", ["sm_90", "9", "nine.0", ""])
+def test_an_unparsable_compute_capability_is_one_line(
+    cli,
+    tmp_path: Path,
+    capability: str,  # type: ignore[no-untyped-def]
+) -> None:
+    """The speed model reads the compute capability's major version (fp8 layouts, cuDNN
+    attention): an override row that is not major.minor is refused at load, naming the field."""
+    import yaml
+
+    shipped = Path(__file__).resolve().parents[1] / "src/gpuplan/catalog/data/gpus.yaml"
+    rows = yaml.safe_load(shipped.read_text(encoding="utf-8"))["gpus"]
+    row = {**next(g for g in rows if g["id"] == "H100-SXM"), "id": "MY-H100", "aliases": []}
+    row["compute_capability"] = capability
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump({"schema_version": "1", "gpus": [row]}), encoding="utf-8")
+    spec = Path(__file__).resolve().parents[1] / "examples/llama3-8b-lora.yaml"
+    result = cli("estimate", str(spec), "--gpu", "MY-H100", "--catalog", str(path))
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "compute_capability" in lines[0], result.stderr

@@ -101,7 +101,9 @@ class GpuSpec(_Frozen):
     vendor: Literal["NVIDIA", "AMD", "Intel", "Huawei"]
     architecture: str = Field(description="Micro-architecture, e.g. Hopper, Ampere, CDNA3.")
     compute_capability: str | None = Field(
-        default=None, description="CUDA compute capability (NVIDIA only), e.g. '9.0'."
+        default=None,
+        pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$",
+        description="CUDA compute capability (NVIDIA only), major.minor, e.g. '9.0'.",
     )
     form_factor: Literal["sxm", "pcie", "oam", "superchip"]
     memory_bytes: int = Field(gt=0, description="Device memory in bytes (GB on datasheets = 1e9).")

@@ -256,10 +256,10 @@ def transformer_step(
             # GEMM reads: the weight's for the input gradient, the input's and the output
             # gradient's for the weight gradient (none of those two for a frozen weight)
             w = lin.in_features * lin.out_features / tp
-            act_t = 1 if fp8_transposes and tr.full else 0
+            act_t = int(fp8_transposes and tr.full)
             cast_bytes += tokens * copies * (lin.in_features + lin.out_features / tp) * (
                 a + 1 + act_t
-            ) + w * (a + 1 + (1 if fp8_transposes else 0))
+            ) + w * (a + 1 + int(fp8_transposes))
         gemm_fwd += flops
         gemm_bwd += flops * bwd_mult
         out_w = lin.out_features / tp if lin.role != "router" else lin.out_features

@@ -370,7 +370,7 @@ def layout_for(job: MemoryJob, st: Strategy) -> StateLayout:
     )
 
 
-def _engine_16bit(lay: StateLayout) -> bool:
+def engine_casts_to_16bit(lay: StateLayout) -> bool:
     """Whether the engine casts the whole module to 16 bits (adapters included). Megatron's
     ``fp8_params`` (1-byte parameters) makes only Transformer Engine's linears fp8
     (``fp8_model_init``); NeMo's LoRA adapters are plain layers built in the 16-bit model
@@ -385,7 +385,7 @@ def adapter_bytes(job: MemoryJob, lay: StateLayout) -> int:
     bits casts the adapters too; PEFT (framework hf) upcasts them to fp32
     (``autocast_adapter_dtype=True``, its default since 0.12; before, they took the base
     weight's dtype); litgpt and torchtune keep them in the model dtype (fp32 under autocast)."""
-    if _engine_16bit(lay):
+    if engine_casts_to_16bit(lay):
         return 2
     fp32 = (
         (FRAMEWORKS[job.framework].fp32_adapters and not job.peft_base_dtype_adapters)
@@ -419,7 +419,7 @@ def trained(
         )
     adapters = per_layer * stage.layers / st.tp - expert_adapters + expert_adapters / st.ep
     adapter_b = adapter_bytes(job, lay)
-    if _engine_16bit(lay):
+    if engine_casts_to_16bit(lay):
         # the engine casts the module (adapters included) to 16 bits; fp32 master in the optimizer
         grad_b, state_b, master_b = lay.grad_bytes, lay.state_bytes, lay.master_bytes
     else:

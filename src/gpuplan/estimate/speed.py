@@ -45,6 +45,7 @@ from gpuplan.estimate.lora import adapter_params_per_layer, expert_adapter_param
 from gpuplan.estimate.memory import (
     MemoryJob,
     adapter_bytes,
+    engine_casts_to_16bit,
     expert_params_per_layer,
     gathered_layer_bytes,
     layout_for,
@@ -532,12 +533,12 @@ def estimate_time(
     # gradients cross the wire in the engine's gradient dtype: torch autocast's fp32, DeepSpeed's
     # and Apex O2's 16 bits, Megatron's main_grad buffer (bf16 unless grad_reduce_in_fp32)
     grad_bytes = trainable_stage * (lay.grad_bytes if full else 4)
-    # a sharded optimizer all-gathers the parameters as the engine stores them: Megatron's
-    # 16-bit model parameters (fp8 only with fp8_param_gather), DeepSpeed's and Apex's 16 bits;
+    # a sharded optimizer all-gathers the parameters as the engine stores them: an engine that
+    # casts the module to 16 bits gathers those (Megatron's fp8 only with fp8_param_gather);
     # PyTorch's sharded engines gather the compute copy
     param_bytes = trainable_stage * (
         lay.param_bytes
-        if lay.engine in ("megatron", "deepspeed", "apex")
+        if engine_casts_to_16bit(lay)
         else max(pb.compute_copy, pb.param if not pb.compute_copy else 0)
     )
     ov = eff_all.overlap
