@@ -560,12 +560,61 @@ def test_deepspeed_before_0_6_gathers_zero3_parameters_one_by_one() -> None:
     assert _zero3("0.6.0", 64).step_time_s == pytest.approx(new.step_time_s)
     assert old.parts["dp comm exposed"] > 5 * new.parts["dp comm exposed"]
     assert any("gathers each of" in a for a in old.assumptions)
+    # the per-parameter gathers are ZeRO-3's: ZeRO-1 is the same before and after 0.6.0
     assert _zero3("0.3.13", 64, "zero1").step_time_s == pytest.approx(
-        _zero3(None, 64, "zero1").step_time_s
+        _zero3("0.12.0", 64, "zero1").step_time_s
     )
     # twice the GPUs: the new model's step halves, the old one's gathers grow with the ranks
     assert _zero3(None, 128).step_time_s < 0.6 * new.step_time_s
     assert old.parts["dp comm exposed"] < _zero3("0.3.13", 128).parts["dp comm exposed"]
+
+
+def _ds_dp(sharding: str, **deepspeed: object):  # type: ignore[no-untyped-def]
+    """GPT-2 large under DeepSpeed on 16 V100s over NVSwitch (DeepSpeedExamples' autotuning
+    node), fp16, micro-batch 2 of 1024 tokens."""
+    spec: dict[str, object] = {
+        "model": "gpt2-large",
+        "seq_len": 1024,
+        "precision": "fp16-mixed",
+        "micro_batch_size": 2,
+        "global_batch_size": 32,
+        "framework": "deepspeed",
+        "parallelism": {"sharding": sharding, "tp": 1, "pp": 1},
+    }
+    if deepspeed:
+        spec["deepspeed"] = deepspeed
+    gpu = load_catalog(use_user=False).gpu("V100-32GB")
+    topo = default_topology(gpu, 16, gpus_per_node=16, intra_node="nvswitch")
+    return configure(parse_spec(spec), gpu, 16, topo, require_fit=False).time
+
+
+def test_deepspeed_hides_the_gradient_reduction_only_with_overlap_comm() -> None:
+    """DeepSpeed's overlap_comm is on by default for ZeRO-3 only: stage 0 and stage 1 reduce
+    after backward and stage 2 on the compute stream, so the whole reduction is exposed; the
+    parameters' all-gather runs inside the optimizer step under stages 1 and 2, exposed too.
+    Before 0.13.0 stage 1 ignores overlap_comm and all-reduces its buckets."""
+    from gpuplan.estimate.frameworks import deepspeed_reduction
+
+    old = (0, 5, 7)
+    assert deepspeed_reduction("none", True, None).overlapped is False
+    assert deepspeed_reduction("zero1", True, old).collective == "all-reduce"
+    assert deepspeed_reduction("zero1", True, old).overlapped is False
+    assert deepspeed_reduction("zero1", True, (0, 13, 0)).overlapped is True
+    assert deepspeed_reduction("zero1", None, (0, 13, 0)).collective == "reduce-scatter"
+    assert deepspeed_reduction("zero2", None, None).overlapped is False
+    assert deepspeed_reduction("zero2", True, old).overlapped is True
+
+    for sharding in ("none", "zero1", "zero2"):
+        t = _ds_dp(sharding)
+        assert t.parts["dp comm exposed"] == pytest.approx(t.comm_total_s, rel=1e-9), sharding
+    on = _ds_dp("zero2", overlap_comm=True)
+    assert on.parts["dp comm exposed"] < _ds_dp("zero2").parts["dp comm exposed"]
+    assert any("overlap_comm" in a for a in _ds_dp("zero2").assumptions)
+    # ZeRO-1 before 0.13.0: an all-reduce of the gradients, then the parameters' all-gather
+    assert _ds_dp("zero1", version="0.5.7").comm_total_s > _ds_dp("zero1").comm_total_s
+    assert _ds_dp("zero1", version="0.5.7", overlap_comm=True).parts[
+        "dp comm exposed"
+    ] == pytest.approx(_ds_dp("zero1", version="0.5.7").parts["dp comm exposed"])
 
 
 def test_deepspeed_settings_are_checked() -> None:

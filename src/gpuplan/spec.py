@@ -142,6 +142,14 @@ class DeepSpeedSpec(_Spec):
         description="zero_optimization.sub_group_size, in elements (default 1e9): ZeRO-3 steps "
         "the optimizer one sub-group at a time, materialising its fp32 gradient.",
     )
+    overlap_comm: bool | None = Field(
+        default=None,
+        description="zero_optimization.overlap_comm (default: on for ZeRO-3, off for stages "
+        "0-2, DeepSpeedZeroConfig.overlap_comm_valid). Off, the gradient reduction is not "
+        "hidden behind backward: stage 2 reduces each full bucket on the compute stream, "
+        "stages 0 and 1 after backward. Stage 1 ignores it before DeepSpeed 0.13.0 (see "
+        "deepspeed.version).",
+    )
 
 
 class MegatronSpec(_Spec):

@@ -200,7 +200,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
 
 
 def _deepspeed_options(spec: JobSpec) -> DeepSpeedOptions | None:
-    """The ZeRO buffer sizes the spec states (DeepSpeed's defaults for the rest)."""
+    """The ZeRO settings the spec states (DeepSpeed's defaults for the rest)."""
     ds = spec.deepspeed
     if ds is None:
         return None
@@ -210,6 +210,8 @@ def _deepspeed_options(spec: JobSpec) -> DeepSpeedOptions | None:
         prefetch_bucket=ds.stage3_prefetch_bucket_size or d.prefetch_bucket,
         max_live_parameters=ds.stage3_max_live_parameters or d.max_live_parameters,
         sub_group=ds.sub_group_size or d.sub_group,
+        overlap_comm=ds.overlap_comm,
+        version=release(ds.version) if ds.version is not None else None,
     )
 
 

@@ -247,3 +247,66 @@ DS_COALESCED_GATHERS = (0, 6, 0)
 ``torch.cuda.synchronize()``, then ``torch.distributed.all_gather`` into a list of world-size
 partitions; v0.5.5-v0.5.10 gathered a module's list at once (``_allgather_params``) but still
 copied every parameter out of it one rank's partition at a time."""
+
+
+DS_STAGE1_OVERLAP = (0, 13, 0)
+"""First DeepSpeed release whose ZeRO stage 1 honours ``overlap_comm`` and
+``contiguous_gradients`` (#4887, 2024-01). From #1246 (v0.4.4) the engine set both off for
+stage 1 (``DeepSpeedEngine._configure_zero_optimizer``: "Overlap and contiguous grads are
+meaningless in stage 1 and are ignored"), so ``reduce_ipg_grads`` took
+``buffered_reduce_fallback``: a full all-reduce of every gradient bucket, not a
+reduce-scatter."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeepSpeedReduction:
+    """How DeepSpeed reduces gradients under ZeRO stages 0-2 (``none``, ``zero1``, ``zero2``)."""
+
+    collective: str
+    """``all-reduce`` or ``reduce-scatter``."""
+    overlapped: bool
+    """Whether the reduction runs beside backward (``overlap_comm``'s reduction stream)."""
+    why: str
+
+
+def deepspeed_reduction(
+    sharding: str, overlap_comm: bool | None, version: tuple[int, ...] | None
+) -> DeepSpeedReduction:
+    """The gradient reduction of DeepSpeed's engine for ZeRO stages 0-2, read from its source.
+
+    * Stage 0 (``none``): the engine wraps no DDP; ``DeepSpeedEngine.backward`` calls
+      ``allreduce_gradients`` after ``loss.backward()``, which all-reduces every gradient in
+      buckets (``buffered_allreduce_fallback``): never beside backward.
+    * Stage 1: ``allreduce_gradients`` calls the optimizer's ``reduce_gradients`` after
+      backward; without ``overlap_comm`` it walks every parameter then
+      (``stage_1_and_2.py``, ``reduce_gradients``). Before 0.13.0 ``overlap_comm`` was forced
+      off and the buckets all-reduced (:data:`DS_STAGE1_OVERLAP`).
+    * Stage 2: each parameter's hook adds its gradient to the bucket and reduces a full one;
+      without ``overlap_comm`` on the compute stream (``reduction_stream`` only with it), so
+      backward waits for each.
+
+    ``overlap_comm`` defaults to on for stage 3 only (``DeepSpeedZeroConfig.overlap_comm_valid``;
+    ``ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT = False`` in 0.5.x's ``zero/constants.py``).
+    """
+    old_stage1 = version is not None and version < DS_STAGE1_OVERLAP
+    on = bool(overlap_comm)
+    if sharding == "none":
+        return DeepSpeedReduction(
+            "all-reduce", False, "DeepSpeed without ZeRO all-reduces the gradients after backward"
+        )
+    if sharding == "zero1" and old_stage1:
+        return DeepSpeedReduction(
+            "all-reduce",
+            False,
+            "DeepSpeed before 0.13.0 ignores overlap_comm under ZeRO-1 and all-reduces the "
+            "gradients after backward",
+        )
+    if sharding == "zero1":
+        when = "beside backward (overlap_comm)" if on else "after backward (overlap_comm off)"
+        return DeepSpeedReduction("reduce-scatter", on, f"ZeRO-1 reduces the gradients {when}")
+    when = (
+        "beside backward (overlap_comm)"
+        if on
+        else "on the compute stream (overlap_comm off, DeepSpeed's default below stage 3)"
+    )
+    return DeepSpeedReduction("reduce-scatter", on, f"ZeRO-2 reduces each bucket {when}")

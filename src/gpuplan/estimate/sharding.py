@@ -124,12 +124,16 @@ DEEPSPEED_SUB_GROUP_ELEMENTS = 1e9
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class DeepSpeedOptions:
-    """DeepSpeed's ZeRO buffer sizes, in elements (spec ``deepspeed``; its defaults)."""
+    """DeepSpeed's ZeRO settings (spec ``deepspeed``; its defaults): buffer sizes in elements,
+    ``overlap_comm`` (None: DeepSpeed's default for the stage) and the release (None: a
+    current one)."""
 
     reduce_bucket: float = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     prefetch_bucket: float = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
     max_live_parameters: float = DEEPSPEED_MAX_LIVE_PARAMETERS
     sub_group: float = DEEPSPEED_SUB_GROUP_ELEMENTS
+    overlap_comm: bool | None = None
+    version: tuple[int, ...] | None = None
 
 
 SHARDED_PARAMS = ("zero3", "fsdp", "hsdp")

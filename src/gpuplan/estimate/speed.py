@@ -39,7 +39,11 @@ from gpuplan.estimate.compute import (
     peak_flops,
     transformer_step,
 )
-from gpuplan.estimate.frameworks import DS_COALESCED_GATHERS, FRAMEWORKS
+from gpuplan.estimate.frameworks import (
+    DS_COALESCED_GATHERS,
+    FRAMEWORKS,
+    deepspeed_reduction,
+)
 from gpuplan.estimate.gathers import deepspeed_parameter_gathers
 from gpuplan.estimate.lora import adapter_params_per_layer, expert_adapter_params_per_layer
 from gpuplan.estimate.memory import (
@@ -53,7 +57,7 @@ from gpuplan.estimate.memory import (
 )
 from gpuplan.estimate.numerics import PRECISIONS, PrecisionBytes
 from gpuplan.estimate.shape import Shape
-from gpuplan.estimate.sharding import StateLayout
+from gpuplan.estimate.sharding import DeepSpeedOptions, StateLayout
 from gpuplan.estimate.strategy import Strategy
 
 
@@ -596,21 +600,50 @@ def estimate_time(
                     )
                 dp_exposed = max(dp_total - ov["fsdp"] * compute, (1 - ov["fsdp"]) * dp_total)
         else:
-            if st.sharding == "none":
-                total = comm.collective_time(
-                    "all-reduce", grad_bytes, replicas, dp_per_node, intra, inter
-                )
-            else:
-                total = comm.collective_time(
-                    "reduce-scatter", grad_bytes, replicas, dp_per_node, intra, inter
-                ) + comm.collective_time(
+            ds = job.deepspeed or DeepSpeedOptions()
+            red = (
+                deepspeed_reduction(st.sharding, ds.overlap_comm, ds.version)
+                if job.framework == "deepspeed"
+                else None
+            )
+            collective = "all-reduce" if st.sharding == "none" else "reduce-scatter"
+            reduce = comm.collective_time(
+                red.collective if red else collective,
+                grad_bytes,
+                replicas,
+                dp_per_node,
+                intra,
+                inter,
+            )
+            gather = (
+                0.0
+                if st.sharding == "none"
+                else comm.collective_time(
                     "all-gather", param_bytes or grad_bytes, replicas, dp_per_node, intra, inter
                 )
-            dp_total = total
-            backward_last = micro * 2 / 3
-            dp_exposed = max(
-                total - ov["data_parallel"] * backward_last, (1 - ov["data_parallel"]) * total
             )
+            dp_total = reduce + gather
+            backward_last = micro * 2 / 3
+            if red is None:
+                dp_exposed = max(
+                    dp_total - ov["data_parallel"] * backward_last,
+                    (1 - ov["data_parallel"]) * dp_total,
+                )
+            else:
+                # DeepSpeed's stages 1 and 2 all-gather the updated parameters inside the
+                # optimizer step (all_gather_dp_groups), where nothing runs beside them
+                frac = ov["data_parallel"] if red.overlapped else 0.0
+                dp_exposed = max(reduce - frac * backward_last, (1 - frac) * reduce) + gather
+                assumptions.append(
+                    f"{red.why}: {reduce:.3f} s a step"
+                    + (" (its overlap as data-parallel's)" if red.overlapped else ", exposed")
+                    + (
+                        f"; the parameters' all-gather in the optimizer step, {gather:.3f} s, "
+                        "exposed"
+                        if gather
+                        else ""
+                    )
+                )
     if expert_held and st.expert_replicas > 1:
         # the experts' gradients (and FSDP gathers) over the ranks holding the same experts:
         # Megatron-Core's expert-data-parallel group, strided across the expert-parallel groups
