@@ -791,3 +791,24 @@ def test_deepspeed_buffer_sizes_come_from_the_spec(a100: GpuSpec) -> None:
             _full("deepspeed", "zero3", deepspeed={"reduce_bucket_size": bad})
     with pytest.raises(GpuPlanError, match="deepspeed: its settings apply to framework deepspeed"):
         _full("hf", "zero3", deepspeed={"sub_group_size": 1e9})
+
+
+def test_deepspeed_overlap_comm_double_buffers_stage_1_and_2(a100: GpuSpec) -> None:
+    """With ``overlap_comm`` DeepSpeed's stages 1 and 2 keep two reduction buckets
+    (``stage_1_and_2.py``: double buffers so the next bucket fills while one reduces); ZeRO-3
+    keeps one, and stage 1 before 0.13.0 ignored ``overlap_comm``."""
+
+    def buckets(sharding: str, **ds: object) -> float:
+        spec = _full("deepspeed", sharding, deepspeed=ds or None)
+        return fit(spec, a100, 8).memory.details["gradients: reduction buckets"]
+
+    one = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2
+    for sharding in ("zero1", "zero2"):
+        assert buckets(sharding) == one
+        assert buckets(sharding, overlap_comm=True) == 2 * one
+    assert buckets("zero3", overlap_comm=True) == one
+    assert buckets("zero1", overlap_comm=True, version="0.12.6") == one
+    assert buckets("zero2", overlap_comm=True, version="0.12.6") == 2 * one
+    for bad in ("maybe", 3):
+        with pytest.raises(GpuPlanError, match="deepspeed.overlap_comm"):
+            _full("deepspeed", "zero2", deepspeed={"overlap_comm": bad})

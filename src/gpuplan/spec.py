@@ -147,8 +147,8 @@ class DeepSpeedSpec(_Spec):
         description="zero_optimization.overlap_comm (default: on for ZeRO-3, off for stages "
         "0-2, DeepSpeedZeroConfig.overlap_comm_valid). Off, the gradient reduction is not "
         "hidden behind backward: stage 2 reduces each full bucket on the compute stream, "
-        "stages 0 and 1 after backward. Stage 1 ignores it before DeepSpeed 0.13.0 (see "
-        "deepspeed.version).",
+        "stages 0 and 1 after backward. On, stages 1 and 2 keep two reduction buckets. Stage 1 "
+        "ignores it before DeepSpeed 0.13.0 (see deepspeed.version).",
     )
 
 

@@ -109,7 +109,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpuplan.errors import SpecError
-from gpuplan.estimate.frameworks import FRAMEWORKS
+from gpuplan.estimate.frameworks import DS_STAGE1_OVERLAP, FRAMEWORKS
 from gpuplan.estimate.numerics import PrecisionBytes
 
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
@@ -349,7 +349,13 @@ def _deepspeed(
     stage3 = sharding in SHARDED_PARAMS
     buckets = 0.0
     if sharding != "none":
-        buckets = opts.reduce_bucket * 2
+        # stages 1 and 2 double-buffer the bucket with overlap_comm (setup_buckets); stage 1
+        # before 0.13.0 ignored overlap_comm (frameworks.DS_STAGE1_OVERLAP)
+        old_stage1 = (
+            sharding == "zero1" and opts.version is not None and opts.version < DS_STAGE1_OVERLAP
+        )
+        double = not stage3 and bool(opts.overlap_comm) and not old_stage1
+        buckets = opts.reduce_bucket * 2 * (2 if double else 1)
     default = opts.reduce_bucket == DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     return StateLayout(
         engine="deepspeed",
@@ -379,6 +385,7 @@ def _deepspeed(
             + (
                 f"; reduce bucket {opts.reduce_bucket:.0e} elements"
                 + (" (default)" if default else "")
+                + (", two of them (overlap_comm)" if buckets > opts.reduce_bucket * 2 else "")
                 if buckets
                 else ""
             ),
