@@ -24,7 +24,7 @@ from gpuplan.planner.export import (
     skypilot_accelerator,
 )
 from gpuplan.report.launch import launch_plan
-from gpuplan.spec import JobSpec, ParallelismSpec, load_spec
+from gpuplan.spec import DeepSpeedSpec, JobSpec, ParallelismSpec, load_spec
 
 EX = Path(__file__).resolve().parents[1] / "examples"
 
@@ -398,6 +398,40 @@ def test_megatron_parallel_size_flags(full: Plan, spec: JobSpec, field: str, opt
     fit2 = dataclasses.replace(conf.fit, strategy=st)
     o2 = dataclasses.replace(o, configuration=dataclasses.replace(conf, fit=fit2))
     assert flag(torchrun_args(export(o2, spec, "torchrun")), option) == "2"
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_deepspeed_config_keeps_the_overlap_the_estimate_assumed(
+    full: Plan, spec: JobSpec, stage: int
+) -> None:
+    """Under framework deepspeed the config carries the overlap_comm the estimate priced: the
+    spec's, else DeepSpeed's default (on for ZeRO-3 only), with a note when it is off."""
+    base = pick(
+        full,
+        lambda o: (
+            o.gpus == 8
+            and o.nodes == 1
+            and o.configuration.strategy.tp == 1
+            and o.configuration.strategy.pp == 1
+        ),
+    )
+    o = with_strategy(base, sharding=f"zero{stage}", dp=8, micro_batch_size=2, grad_accum=4)
+
+    def exported(**ds: bool) -> tuple[bool, str]:
+        settings = DeepSpeedSpec(**ds) if ds else None
+        ds_spec = spec.model_copy(update={"framework": "deepspeed", "deepspeed": settings})
+        text = export(o, ds_spec, "torchrun")
+        parts = sections(text)
+        return json.loads(parts["ds_config.json"])["zero_optimization"]["overlap_comm"], text
+
+    on, text = exported()
+    assert on is (stage == 3)
+    assert ("keeps overlap_comm off" in text) is (stage != 3)
+    assert exported(overlap_comm=True)[0] is True
+    assert exported(overlap_comm=False)[0] is False
+    # the other frameworks' estimates hide the reduction: their config turns it on
+    parts = sections(export(o, spec, "torchrun"))
+    assert json.loads(parts["ds_config.json"])["zero_optimization"]["overlap_comm"] is True
 
 
 def test_megatron_with_zero_uses_deepspeed_config(full: Plan, spec: JobSpec) -> None:

@@ -69,7 +69,7 @@ def launch_plan(option: Option, spec: JobSpec) -> LaunchPlan:
     st = option.configuration.strategy
     topo = option.configuration.topology
     prec = precision_mode(spec)
-    files, notes = _files(st, option.nodes, topo.gpus_per_node, prec)
+    files, notes = _files(st, option.nodes, topo.gpus_per_node, prec, _overlap_comm(spec, st))
     notes = [SCRIPT_NOTE, *_spec_notes(spec), *notes]
     accelerate_args: tuple[str, ...] = ()
     if st.sharding == "fsdp":
@@ -147,15 +147,31 @@ def _spec_notes(spec: JobSpec) -> list[str]:
     return notes
 
 
+def _overlap_comm(spec: JobSpec, st: Strategy) -> bool:
+    """DeepSpeed's ``overlap_comm`` as the estimate assumed it: under framework deepspeed the
+    spec's ``deepspeed.overlap_comm``, else DeepSpeed's default (on for ZeRO-3 only); the other
+    frameworks' estimates hide the reduction behind backward, so their config turns it on."""
+    if spec.framework != "deepspeed":
+        return True
+    stated = spec.deepspeed.overlap_comm if spec.deepspeed is not None else None
+    return stated if stated is not None else st.sharding == "zero3"
+
+
 def _files(
-    st: Strategy, nodes: int, per_node: int, prec: str
+    st: Strategy, nodes: int, per_node: int, prec: str, overlap_comm: bool = True
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """Config files for the sharding, and notes on combinations to watch."""
     files: list[tuple[str, str]] = []
     notes: list[str] = []
     if st.sharding.startswith("zero"):
         stage = int(st.sharding[-1])
-        files.append(("ds_config.json", deepspeed_config(st, stage, prec)))
+        files.append(("ds_config.json", deepspeed_config(st, stage, prec, overlap_comm)))
+        if not overlap_comm:
+            notes.append(
+                "ds_config.json keeps overlap_comm off, as the estimate assumed (DeepSpeed's "
+                "default below ZeRO-3): the gradient reduction is not hidden behind backward; "
+                "set deepspeed: {overlap_comm: true} in the spec to estimate and launch it on"
+            )
         if st.pp > 1 and stage > 1:
             notes.append(
                 f"DeepSpeed's pipeline engine supports ZeRO stages 0-1 only; ZeRO-{stage} with "
@@ -222,9 +238,13 @@ def _megatron_args(st: Strategy, prec: str) -> tuple[str, ...]:
     return tuple(args)
 
 
-def deepspeed_config(st: Strategy, stage: int, prec: str) -> str:
+def deepspeed_config(st: Strategy, stage: int, prec: str, overlap_comm: bool = True) -> str:
     """The DeepSpeed JSON config of a ZeRO ``stage`` for this strategy's batch layout."""
-    zero: dict[str, object] = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
+    zero: dict[str, object] = {
+        "stage": stage,
+        "overlap_comm": overlap_comm,
+        "contiguous_gradients": True,
+    }
     if st.offload in ("optimizer", "optimizer+params"):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if st.offload == "optimizer+params" and stage == 3:
