@@ -285,8 +285,9 @@ def test_torchrun_single_node(full: Plan, spec: JobSpec) -> None:
     assert set(sections(export(o, spec, "torchrun"))) == {"launch"}
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3])
-def test_deepspeed_config(full: Plan, spec: JobSpec, stage: int) -> None:
+def _zero_option(full: Plan, stage: int) -> Option:
+    """A one-node, 8-GPU data-parallel option of the plan under ZeRO ``stage`` (micro-batch 2,
+    4 accumulation steps)."""
     base = pick(
         full,
         lambda o: (
@@ -296,7 +297,12 @@ def test_deepspeed_config(full: Plan, spec: JobSpec, stage: int) -> None:
             and o.configuration.strategy.pp == 1
         ),
     )
-    o = with_strategy(base, sharding=f"zero{stage}", dp=8, micro_batch_size=2, grad_accum=4)
+    return with_strategy(base, sharding=f"zero{stage}", dp=8, micro_batch_size=2, grad_accum=4)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_deepspeed_config(full: Plan, spec: JobSpec, stage: int) -> None:
+    o = _zero_option(full, stage)
     parts = sections(export(o, spec, "torchrun"))
     ds = json.loads(parts["ds_config.json"])
     assert ds["zero_optimization"]["stage"] == stage
@@ -406,16 +412,7 @@ def test_deepspeed_config_keeps_the_overlap_the_estimate_assumed(
 ) -> None:
     """Under framework deepspeed the config carries the overlap_comm the estimate priced: the
     spec's, else DeepSpeed's default (on for ZeRO-3 only), with a note when it is off."""
-    base = pick(
-        full,
-        lambda o: (
-            o.gpus == 8
-            and o.nodes == 1
-            and o.configuration.strategy.tp == 1
-            and o.configuration.strategy.pp == 1
-        ),
-    )
-    o = with_strategy(base, sharding=f"zero{stage}", dp=8, micro_batch_size=2, grad_accum=4)
+    o = _zero_option(full, stage)
 
     def exported(**ds: bool) -> tuple[bool, str]:
         settings = DeepSpeedSpec(**ds) if ds else None
