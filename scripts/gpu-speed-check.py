@@ -142,6 +142,11 @@ NCHW_PAIR: dict[str, tuple[int, int]] = {"full": (224, 256), "quick": (224, 128)
 NCHW_PRECISIONS = ("tf32", "fp16-mixed")
 LAYOUT_KERNELS = ("nchwtonhwc", "nhwctonchw")
 """Lower-case name fragments of cuDNN's layout-conversion kernels (``nchwToNhwcKernel``)."""
+CONV_KERNELS = ("fprop", "dgrad", "wgrad", "convolve", "conv2d", "implicit_gemm")
+"""Lower-case name fragments of cuDNN's and CUTLASS's convolution kernels."""
+BATCHNORM_KERNELS = ("bn_", "batch_norm", "batchnorm")
+"""Lower-case name fragments of batch-norm kernels (cuDNN's ``bn_fw_tr_1C11_kernel_NCHW``,
+ATen's ``batch_norm_*``)."""
 WARMUP_STEPS = 3
 TIMED_STEPS = {"full": 10, "quick": 5, "smoke": 2}
 TARGET_S = {"full": 0.25, "quick": 0.1, "smoke": 0.005}
@@ -397,23 +402,56 @@ def layout_profile(torch: Any, step: Callable[[], Any]) -> dict[str, Any]:
         step()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-    total = layout_s = 0.0
-    nchw_convs = 0
-    for ev in prof.key_averages():
-        device_us = float(getattr(ev, "device_time_total", 0.0) or 0.0)
+    events = [
+        (
+            ev.key,
+            float(
+                getattr(ev, "self_device_time_total", None)
+                or getattr(ev, "self_cuda_time_total", 0.0)
+                or 0.0
+            ),
+            int(ev.count),
+        )
+        for ev in prof.key_averages()
+    ]
+    return classify_kernels(events)
+
+
+def classify_kernels(events: list[tuple[str, float, int]]) -> dict[str, Any]:
+    """Kernel time and calls by class from (name, self device microseconds, calls) rows.
+
+    Self time: an operator's own row carries its kernels' time as children, so only the
+    kernels themselves count (the total counted both before 2026-12-04).
+    """
+    total = layout_s = bn_s = 0.0
+    nchw_convs = layout_calls = conv_calls = 0
+    for key, device_us, count in events:
         if device_us <= 0:
             continue
-        name = ev.key.lower()
+        name = key.lower()
         total += device_us
         if any(k in name for k in LAYOUT_KERNELS):
             layout_s += device_us
-        elif "nchw" in name:
-            nchw_convs += int(ev.count)
+            layout_calls += count
+            continue
+        if any(k in name for k in BATCHNORM_KERNELS):
+            bn_s += device_us
+        elif any(k in name for k in CONV_KERNELS):
+            conv_calls += count
+        if "nchw" in name:
+            nchw_convs += count
     return {
         "kernel_time_s": total / 1e6,
         "layout_conversion_s": layout_s / 1e6,
         "layout_conversion_share": layout_s / total if total else 0.0,
         "nchw_named_kernel_calls": nchw_convs,
+        # transposes per convolution call: the model's NCHW_TRANSPOSE_PASSES assumes each
+        # call converts its input and its output; kernels named *_nchw write NCHW themselves
+        "layout_conversion_calls": layout_calls,
+        "convolution_kernel_calls": conv_calls,
+        # batch norm's kernel time, against the bytes compute.EAGER_PASSES prices, gives the
+        # bandwidth those kernels reach (HBM or SM-bound: docs/gpu-checks.md)
+        "batchnorm_s": bn_s / 1e6,
     }
 
 
@@ -515,7 +553,10 @@ def train_row(
     layout = (
         f"; one profiled step: {lay['kernel_time_s']:.6f} s of kernels, "
         f"{lay['layout_conversion_share']:.1%} of it in cuDNN NCHW/NHWC conversions, "
-        f"{lay['nchw_named_kernel_calls']} calls of NCHW-named kernels"
+        f"{lay['nchw_named_kernel_calls']} calls of NCHW-named kernels, "
+        f"{lay['layout_conversion_calls']} conversions for "
+        f"{lay['convolution_kernel_calls']} convolution kernel calls, "
+        f"{lay['batchnorm_s']:.6f} s in batch norm"
         if lay
         else ""
     )

@@ -323,3 +323,30 @@ def test_squeeze_check_leaves_the_peak_plus_a_share_of_the_reserve(monkeypatch) 
     assert out[0]["ran"] and out[0]["num_alloc_retries"] == 3
     assert out[0]["reserve_kept_bytes"] == gib
     assert out[1]["ran"] is False and out[1]["error"].startswith("OutOfMemoryError")
+
+
+def test_the_layout_profile_counts_kernels_by_class() -> None:
+    """Only kernels count (an operator's row repeats its kernels' time as children, with no
+    self time); conversions, convolutions and batch norm are told apart by name."""
+    speed = _load_script("gpu-speed-check.py")
+    rows = [
+        ("aten::cudnn_convolution", 0.0, 53),  # an operator: its kernels are below
+        (
+            "void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, true>",
+            200.0,
+            120,
+        ),
+        ("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128", 500.0, 53),
+        ("sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw", 400.0, 52),
+        ("cutlass__5x_cudnn::Kernel<cutlass_tensorop_s1688wgrad_optimized_tf32>", 450.0, 53),
+        ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1, true>", 300.0, 53),
+        ("void at::native::vectorized_elementwise_kernel<4, ...>", 150.0, 100),
+    ]
+    got = speed.classify_kernels(rows)
+    assert got["kernel_time_s"] == pytest.approx(2000e-6)
+    assert got["layout_conversion_share"] == pytest.approx(0.1)
+    assert got["layout_conversion_calls"] == 120
+    assert got["convolution_kernel_calls"] == 53 + 52 + 53
+    assert got["batchnorm_s"] == pytest.approx(300e-6)
+    assert got["nchw_named_kernel_calls"] == 53 + 52 + 53  # two convolution kinds, batch norm
+    assert speed.classify_kernels([])["layout_conversion_share"] == 0.0
