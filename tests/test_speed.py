@@ -610,6 +610,16 @@ def test_deepspeed_hides_the_gradient_reduction_only_with_overlap_comm() -> None
     on = _ds_dp("zero2", overlap_comm=True)
     assert on.parts["dp comm exposed"] < _ds_dp("zero2").parts["dp comm exposed"]
     assert any("overlap_comm" in a for a in _ds_dp("zero2").assumptions)
+    # ZeRO-3 hides its reduce-scatters by default; stated off, they are exposed on top of the
+    # gathers' (before 0.6.0's per-parameter gathers too)
+    z3 = _ds_dp("zero3")
+    z3_off = _ds_dp("zero3", overlap_comm=False)
+    assert z3_off.comm_total_s == pytest.approx(z3.comm_total_s)
+    assert z3_off.parts["dp comm exposed"] > z3.parts["dp comm exposed"]
+    assert any("overlap_comm off" in a for a in z3_off.assumptions)
+    old_gathers = _ds_dp("zero3", version="0.5.7")
+    old_off = _ds_dp("zero3", version="0.5.7", overlap_comm=False)
+    assert old_off.parts["dp comm exposed"] > old_gathers.parts["dp comm exposed"]
     # ZeRO-1 before 0.13.0: an all-reduce of the gradients, then the parameters' all-gather
     assert _ds_dp("zero1", version="0.5.7").comm_total_s > _ds_dp("zero1").comm_total_s
     assert _ds_dp("zero1", version="0.5.7", overlap_comm=True).parts[

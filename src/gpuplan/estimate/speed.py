@@ -566,6 +566,18 @@ def estimate_time(
                 layer = gathered_layer_bytes(shape, job, pb, lay) * dense_share
                 gather_bytes = (layers_stage * layer + shape.params_embedding * 2) / st.tp
             shard = st.shard_degree
+            # DeepSpeed's ZeRO-3 reduces on its reduction stream only with overlap_comm (on by
+            # default for stage 3): stated off, backward waits for each reduce-scatter
+            ds_sync = (
+                job.framework == "deepspeed"
+                and job.deepspeed is not None
+                and job.deepspeed.overlap_comm is False
+            )
+            if ds_sync:
+                assumptions.append(
+                    "DeepSpeed ZeRO-3 with overlap_comm off: the gradient reduce-scatters run on "
+                    "the compute stream, exposed"
+                )
             if job.zero3_parameter_gathers and st.sharding == "zero3":
                 serial, tensors = deepspeed_parameter_gathers(
                     shape, st, layers_stage, gather_bytes, intra, inter, dp_per_node, eff
@@ -574,7 +586,11 @@ def estimate_time(
                     "reduce-scatter", grad_bytes, shard, dp_per_node, intra, inter
                 )
                 dp_total = serial * m + reduce
-                hidden = max(reduce - ov["fsdp"] * compute, (1 - ov["fsdp"]) * reduce)
+                hidden = (
+                    reduce
+                    if ds_sync
+                    else max(reduce - ov["fsdp"] * compute, (1 - ov["fsdp"]) * reduce)
+                )
                 dp_exposed = serial * m + hidden
                 assumptions.append(
                     f"DeepSpeed before {'.'.join(map(str, DS_COALESCED_GATHERS))}: ZeRO-3 "
@@ -588,17 +604,27 @@ def estimate_time(
                     f"{serial * m:.2f} s a step, none of it hidden"
                 )
             else:
-                per_micro = 2 * comm.collective_time(
-                    "all-gather", gather_bytes, shard, dp_per_node, intra, inter
-                ) + comm.collective_time(
+                gathers = (
+                    m
+                    * 2
+                    * comm.collective_time(
+                        "all-gather", gather_bytes, shard, dp_per_node, intra, inter
+                    )
+                )
+                reduces = m * comm.collective_time(
                     "reduce-scatter", grad_bytes, shard, dp_per_node, intra, inter
                 )
-                dp_total = m * per_micro
                 if shard < replicas:  # hsdp: the sharded gradients are all-reduced across replicas
-                    dp_total += comm.collective_time(
+                    reduces += comm.collective_time(
                         "all-reduce", grad_bytes / shard, replicas // shard, 1, intra, inter
                     )
-                dp_exposed = max(dp_total - ov["fsdp"] * compute, (1 - ov["fsdp"]) * dp_total)
+                dp_total = gathers + reduces
+                if ds_sync:
+                    dp_exposed = (
+                        max(gathers - ov["fsdp"] * compute, (1 - ov["fsdp"]) * gathers) + reduces
+                    )
+                else:
+                    dp_exposed = max(dp_total - ov["fsdp"] * compute, (1 - ov["fsdp"]) * dp_total)
         else:
             ds = job.deepspeed or DeepSpeedOptions()
             red = (

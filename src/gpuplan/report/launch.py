@@ -168,8 +168,9 @@ def _files(
         files.append(("ds_config.json", deepspeed_config(st, stage, prec, overlap_comm)))
         if not overlap_comm:
             notes.append(
-                "ds_config.json keeps overlap_comm off, as the estimate assumed (DeepSpeed's "
-                "default below ZeRO-3): the gradient reduction is not hidden behind backward; "
+                "ds_config.json keeps overlap_comm off, as the estimate assumed (the spec's "
+                "deepspeed.overlap_comm, or DeepSpeed's default below ZeRO-3): the gradient "
+                "reduction is not hidden behind backward; "
                 "set deepspeed: {overlap_comm: true} in the spec to estimate and launch it on"
             )
         if st.pp > 1 and stage > 1:
