@@ -269,6 +269,22 @@ class DeepSpeedReduction:
     why: str
 
 
+def deepspeed_overlap_comm(
+    sharding: str, overlap_comm: bool | None, version: tuple[int, ...] | None
+) -> bool:
+    """Whether DeepSpeed runs with ``overlap_comm`` on: as stated, else its default, on for
+    ZeRO-3 only (``DeepSpeedZeroConfig.overlap_comm_valid``; ``ZERO_OPTIMIZATION_OVERLAP_COMM_
+    DEFAULT = False`` in 0.5.x's ``zero/constants.py``); never for stage 0, nor for stage 1
+    before 0.13.0 (:data:`DS_STAGE1_OVERLAP`)."""
+    if sharding == "none":
+        return False
+    if sharding == "zero1" and version is not None and version < DS_STAGE1_OVERLAP:
+        return False
+    if overlap_comm is None:
+        return sharding in ("zero3", "hsdp")
+    return overlap_comm
+
+
 def deepspeed_reduction(
     sharding: str, overlap_comm: bool | None, version: tuple[int, ...] | None
 ) -> DeepSpeedReduction:
@@ -285,11 +301,10 @@ def deepspeed_reduction(
       without ``overlap_comm`` on the compute stream (``reduction_stream`` only with it), so
       backward waits for each.
 
-    ``overlap_comm`` defaults to on for stage 3 only (``DeepSpeedZeroConfig.overlap_comm_valid``;
-    ``ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT = False`` in 0.5.x's ``zero/constants.py``).
+    ``overlap_comm`` as :func:`deepspeed_overlap_comm` resolves it.
     """
     old_stage1 = version is not None and version < DS_STAGE1_OVERLAP
-    on = bool(overlap_comm)
+    on = deepspeed_overlap_comm(sharding, overlap_comm, version)
     if sharding == "none":
         return DeepSpeedReduction(
             "all-reduce", False, "DeepSpeed without ZeRO all-reduces the gradients after backward"

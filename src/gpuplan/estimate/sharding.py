@@ -109,7 +109,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpuplan.errors import SpecError
-from gpuplan.estimate.frameworks import DS_STAGE1_OVERLAP, FRAMEWORKS
+from gpuplan.estimate.frameworks import FRAMEWORKS, deepspeed_overlap_comm
 from gpuplan.estimate.numerics import PrecisionBytes
 
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
@@ -349,12 +349,8 @@ def _deepspeed(
     stage3 = sharding in SHARDED_PARAMS
     buckets = 0.0
     if sharding != "none":
-        # stages 1 and 2 double-buffer the bucket with overlap_comm (setup_buckets); stage 1
-        # before 0.13.0 ignored overlap_comm (frameworks.DS_STAGE1_OVERLAP)
-        old_stage1 = (
-            sharding == "zero1" and opts.version is not None and opts.version < DS_STAGE1_OVERLAP
-        )
-        double = not stage3 and bool(opts.overlap_comm) and not old_stage1
+        # stages 1 and 2 double-buffer the bucket with overlap_comm (setup_buckets)
+        double = not stage3 and deepspeed_overlap_comm(sharding, opts.overlap_comm, opts.version)
         buckets = opts.reduce_bucket * 2 * (2 if double else 1)
     default = opts.reduce_bucket == DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     return StateLayout(

@@ -42,6 +42,7 @@ from gpuplan.estimate.compute import (
 from gpuplan.estimate.frameworks import (
     DS_COALESCED_GATHERS,
     FRAMEWORKS,
+    deepspeed_overlap_comm,
     deepspeed_reduction,
 )
 from gpuplan.estimate.gathers import deepspeed_parameter_gathers
@@ -128,6 +129,12 @@ once (AdamW 7, SGD with momentum 5). ``torch/optim/adamw.py`` (``_single_tensor_
 (2), ``exp_avg.lerp_`` (3), ``exp_avg_sq.mul_().addcmul_()`` (5), ``denom = sqrt / bias
 correction + eps`` (6), ``param.addcdiv_`` (4): 20. ``torch/optim/sgd.py``: weight decay
 ``grad.add(param)`` (3), ``buf.mul_().add_()`` (5), ``param.add_(buf)`` (3): 11."""
+
+
+def _exposed(total: float, window: float, overlap: float) -> float:
+    """What of ``total`` seconds of communication is not hidden behind ``window`` seconds of
+    compute when at most the fraction ``overlap`` of it can be."""
+    return max(total - overlap * window, (1 - overlap) * total)
 
 
 def _optimizer_bytes_per_param(
@@ -568,10 +575,9 @@ def estimate_time(
             shard = st.shard_degree
             # DeepSpeed's ZeRO-3 reduces on its reduction stream only with overlap_comm (on by
             # default for stage 3): stated off, backward waits for each reduce-scatter
-            ds_sync = (
-                job.framework == "deepspeed"
-                and job.deepspeed is not None
-                and job.deepspeed.overlap_comm is False
+            ds = job.deepspeed or DeepSpeedOptions()
+            ds_sync = job.framework == "deepspeed" and not deepspeed_overlap_comm(
+                st.sharding, ds.overlap_comm, ds.version
             )
             if ds_sync:
                 assumptions.append(
@@ -586,11 +592,7 @@ def estimate_time(
                     "reduce-scatter", grad_bytes, shard, dp_per_node, intra, inter
                 )
                 dp_total = serial * m + reduce
-                hidden = (
-                    reduce
-                    if ds_sync
-                    else max(reduce - ov["fsdp"] * compute, (1 - ov["fsdp"]) * reduce)
-                )
+                hidden = reduce if ds_sync else _exposed(reduce, compute, ov["fsdp"])
                 dp_exposed = serial * m + hidden
                 assumptions.append(
                     f"DeepSpeed before {'.'.join(map(str, DS_COALESCED_GATHERS))}: ZeRO-3 "
@@ -620,11 +622,9 @@ def estimate_time(
                     )
                 dp_total = gathers + reduces
                 if ds_sync:
-                    dp_exposed = (
-                        max(gathers - ov["fsdp"] * compute, (1 - ov["fsdp"]) * gathers) + reduces
-                    )
+                    dp_exposed = _exposed(gathers, compute, ov["fsdp"]) + reduces
                 else:
-                    dp_exposed = max(dp_total - ov["fsdp"] * compute, (1 - ov["fsdp"]) * dp_total)
+                    dp_exposed = _exposed(dp_total, compute, ov["fsdp"])
         else:
             ds = job.deepspeed or DeepSpeedOptions()
             red = (
@@ -651,15 +651,12 @@ def estimate_time(
             dp_total = reduce + gather
             backward_last = micro * 2 / 3
             if red is None:
-                dp_exposed = max(
-                    dp_total - ov["data_parallel"] * backward_last,
-                    (1 - ov["data_parallel"]) * dp_total,
-                )
+                dp_exposed = _exposed(dp_total, backward_last, ov["data_parallel"])
             else:
                 # DeepSpeed's stages 1 and 2 all-gather the updated parameters inside the
                 # optimizer step (all_gather_dp_groups), where nothing runs beside them
                 frac = ov["data_parallel"] if red.overlapped else 0.0
-                dp_exposed = max(reduce - frac * backward_last, (1 - frac) * reduce) + gather
+                dp_exposed = _exposed(reduce, backward_last, frac) + gather
                 assumptions.append(
                     f"{red.why}: {reduce:.3f} s a step"
                     + (" (its overlap as data-parallel's)" if red.overlapped else ", exposed")

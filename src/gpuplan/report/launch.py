@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from gpuplan.estimate.frameworks import deepspeed_overlap_comm
 from gpuplan.estimate.speed import tp_overlap_mode
 from gpuplan.estimate.strategy import Strategy
 from gpuplan.planner.model import Option
@@ -153,8 +154,10 @@ def _overlap_comm(spec: JobSpec, st: Strategy) -> bool:
     frameworks' estimates hide the reduction behind backward, so their config turns it on."""
     if spec.framework != "deepspeed":
         return True
+    # the config says what the spec says: a release that ignores the setting (ZeRO-1 before
+    # 0.13.0) reads it harmlessly, and the estimate prices what that release does
     stated = spec.deepspeed.overlap_comm if spec.deepspeed is not None else None
-    return stated if stated is not None else st.sharding == "zero3"
+    return deepspeed_overlap_comm(st.sharding, stated, None)
 
 
 def _files(
