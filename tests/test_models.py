@@ -565,6 +565,24 @@ def test_resnet50_macs_match_torchvision() -> None:
     assert cfg.num_layers == 50
 
 
+@pytest.mark.parametrize(
+    ("preset", "ops", "layers"),
+    [
+        ("resnet-18", 1.814, 18),
+        ("resnet-34", 3.664, 34),
+        ("resnet-101", 7.801, 101),
+        ("resnet-152", 11.514, 152),
+    ],
+)
+def test_resnet_depths_match_torchvision(preset: str, ops: float, layers: int) -> None:
+    """Basic-block (18, 34) and deeper bottleneck (101, 152) ResNets from their Hugging Face
+    configs: torchvision's ``_ops`` (GMACs at 224 x 224); the parameter counts are checked
+    with every preset's published figure."""
+    cfg = load_model(preset)
+    assert abs(forward_macs_per_image(cfg) / 1e9 - ops) < 0.001
+    assert cfg.num_layers == layers
+
+
 def test_resnet50_layer_graph() -> None:
     stats = {s.name: s for s in layer_stats(load_model("resnet-50"))}
     assert stats["conv1"].output_shape == (64, 112, 112)
