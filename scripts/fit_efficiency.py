@@ -6,8 +6,10 @@ and ``attention_cudnn``, the fused-attention efficiencies (FlashAttention-2 clas
 cuDNN/FlashAttention-3 class), on its rows at sequence length >= 8192 where attention is at
 least a tenth of the step (ATTENTION_MIN_SHARE), up to the best measured kernel's share of peak
 (ATTENTION_CEILING; on Hopper, ``attention_cudnn`` is the measured cuDNN/FA2 ratio times
-``attention``); and one global
-tensor-parallel overlap fraction, on the rows with tp > 1. Each is chosen on a grid to
+``attention``); Ampere's ``step_overhead`` (its GEMM level is measured) on its rows other
+than convolutional networks; one global tensor-parallel overlap fraction, on the rows with
+tp > 1; and the convolutional networks' own step overhead (``cnn.step_overhead``), on every
+CNN row whatever its architecture. Each is chosen on a grid to
 minimise the source-balanced mean of |log(predicted / measured)|, capped at ERROR_CAP, over
 its rows (each source's rows weigh 1 in all), never per row; groups with
 fewer than 2 rows keep their prior. GEMM, attention and overlap interact, so they are
@@ -47,10 +49,12 @@ from gpuplan import holdout
 from gpuplan.catalog.loader import load_catalog
 from gpuplan.errors import GpuPlanError
 from gpuplan.estimate import calibration
+from gpuplan.models.presets import load_model
 from gpuplan.validation import (
     UNIT_SCALE,
     predict_training,
     read_table,
+    row_spec,
     source_of,
     training_time,
 )
@@ -72,6 +76,21 @@ def _class(row: dict[str, str]) -> str:
     if "precision: fp32" in spec:
         return "gemm_fp32"
     return "gemm"
+
+
+_CNN_ROWS: dict[str, bool] = {}
+
+
+def _is_cnn(row: dict[str, str]) -> bool:
+    """Whether the row's model is a convolutional network (its step is priced by
+    ``compute.cnn_step`` and takes ``cnn.step_overhead``, not its architecture's)."""
+    if row["id"] not in _CNN_ROWS:
+        try:
+            spec = row_spec(row["spec"], row["id"], REPO)
+            _CNN_ROWS[row["id"]] = load_model(spec.model).family == "cnn"
+        except GpuPlanError:
+            _CNN_ROWS[row["id"]] = False
+    return _CNN_ROWS[row["id"]]
 
 
 def _with(
@@ -143,6 +162,29 @@ def _fit_tp_overlap(
         f"  overlap tensor_parallel = {best[1]:.2f} on {len(members)} rows (capped mean |log err| {best[0]:.3f})"
     )
     return dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": best[1]})
+
+
+def _fit_cnn_overhead(
+    rows: list[dict[str, str]], base: calibration.Efficiencies, verbose: bool = True
+) -> calibration.Efficiencies:
+    """Fit the step overhead of convolutional networks on the CNN rows (every architecture)."""
+    members = [r for r in rows if _is_cnn(r)]
+    if len(members) < MIN_ROWS:
+        return base
+    best = (math.inf, base.cnn["step_overhead"])
+    for value in OVERHEAD_GRID:
+        calibration.use_efficiencies(
+            dataclasses.replace(base, cnn={**base.cnn, "step_overhead": value})
+        )
+        score = _score(members)
+        if score is not None and score < best[0]:
+            best = (score, value)
+    calibration.use_efficiencies(None)
+    if verbose:
+        print(
+            f"  cnn step_overhead = {best[1]:.2f} on {len(members)} rows (capped mean |log err| {best[0]:.3f})"
+        )
+    return dataclasses.replace(base, cnn={**base.cnn, "step_overhead": best[1]})
 
 
 def _fit_key(
@@ -249,6 +291,7 @@ def _fitted(effs: calibration.Efficiencies) -> tuple[float, ...]:
     return (
         *(getattr(a, k) for a in effs.archs.values() for k in START),
         effs.overlap["tensor_parallel"],
+        effs.cnn["step_overhead"],
     )
 
 
@@ -269,14 +312,19 @@ def fit(
         arch = cat.gpu(row["gpu"]).architecture
         if arch in base.archs:
             groups[(arch, _class(row))].append(row)
-            if arch in MEASURED_GEMM:
+            if arch in MEASURED_GEMM and not _is_cnn(row):
                 groups[(arch, "step_overhead")].append(row)
             if _informs_attention(row):
                 key = "attention_cudnn" if "attention: cudnn" in row["spec"] else "attention"
                 groups[(arch, key)].append(row)
     fix_tp = "overlap.tensor_parallel" in FIXED
+    fix_cnn = "cnn.step_overhead" in FIXED
     tp_start = START_TP_OVERLAP  # held constants stay at their stated prior
-    effs = dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": tp_start})
+    effs = dataclasses.replace(
+        base,
+        overlap={**base.overlap, "tensor_parallel": tp_start},
+        cnn={**base.cnn, "step_overhead": START["step_overhead"]},
+    )
     for arch in CUDNN_OVER_FLASH2:
         groups.pop((arch, "attention_cudnn"), None)
     for arch, key in [k for k in groups if f"{k[0]}.{k[1]}" in FIXED]:
@@ -296,6 +344,8 @@ def fit(
             effs = _fit_key(effs, arch, key, members, verbose)
         if not fix_tp:
             effs = _fit_tp_overlap(rows, effs, verbose)
+        if not fix_cnn:
+            effs = _fit_cnn_overhead(rows, effs, verbose)
         if _fitted(effs) == before:
             break
     return _carry(effs)
@@ -399,7 +449,7 @@ def _groups(rows: list[dict[str, str]]) -> dict[str, list[str]]:
         if arch not in base.archs:
             continue
         out[f"{arch}.{_class(row)}"].append(row["id"])
-        if arch in MEASURED_GEMM:
+        if arch in MEASURED_GEMM and not _is_cnn(row):
             out[f"{arch}.step_overhead"].append(row["id"])
         if _informs_attention(row):
             key = "attention_cudnn" if "attention: cudnn" in row["spec"] else "attention"
@@ -408,6 +458,7 @@ def _groups(rows: list[dict[str, str]]) -> dict[str, list[str]]:
     out["overlap.tensor_parallel"] = [
         r["id"] for r in rows if re.search(r"\btp: ([2-9]|\d\d)", r["spec"])
     ]
+    out["cnn.step_overhead"] = [r["id"] for r in rows if _is_cnn(r)]
     return {k: v for k, v in sorted(out.items()) if len(v) >= MIN_ROWS and k not in FIXED}
 
 
@@ -549,9 +600,14 @@ def _write_yaml(fitted: calibration.Efficiencies, base: calibration.Efficiencies
             elif value != getattr(base.archs[arch], key):
                 new = new.replace("\n    hbm:", f"\n    {key}: {value:.2f}\n    hbm:")
         text = text.replace(old, new)
-    return re.sub(
+    text = re.sub(
         r"(\n  tensor_parallel: )[0-9.]+",
         rf"\g<1>{fitted.overlap['tensor_parallel']:.2f}",
+        text,
+    )
+    return re.sub(
+        r"(\ncnn:\n  step_overhead: )[0-9.]+",
+        rf"\g<1>{fitted.cnn['step_overhead']:.2f}",
         text,
     )
 

@@ -177,6 +177,9 @@ def test_efficiencies_with_sets_flattened_names() -> None:
     assert holdout.param_value(effs, "Hopper.gemm") == 0.3
     assert holdout.param_value(effs, "overlap.tensor_parallel") == 0.1
     assert holdout.param_value(base, "Hopper.gemm") != 0.3 or base.archs["Hopper"].gemm == 0.3
+    cnn = holdout.efficiencies_with(base, {"cnn.step_overhead": 0.3})
+    assert holdout.param_value(cnn, "cnn.step_overhead") == 0.3
+    assert cnn.archs == base.archs and cnn.overlap == base.overlap
 
 
 def test_efficiencies_in_use_puts_back_what_was_in_use() -> None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuplan import holdout
 from gpuplan.catalog.loader import load_catalog
 from gpuplan.errors import GpuPlanError, MissingInputError
-from gpuplan.estimate import comm
+from gpuplan.estimate import calibration, comm
 from gpuplan.estimate.calibration import efficiencies
 from gpuplan.estimate.configure import configure, default_topology
 from gpuplan.spec import load_spec, parse_spec
@@ -392,6 +393,33 @@ def test_cnn_kernels_price_eager_passes_and_nchw_transposes(cat) -> None:  # typ
     assert eager["step_time_s"] > last["step_time_s"] > fused["step_time_s"]
     # plain fp32 (no tensor cores) convolutions read NCHW directly
     assert "NCHW transposes" not in parts("eager", "fp32")
+
+
+def test_cnn_step_takes_the_cnn_overhead_not_its_architectures(cat) -> None:  # type: ignore[no-untyped-def]
+    """A CNN step prices its element-wise kernels one by one, so it takes ``cnn.step_overhead``;
+    the architecture's (fitted where a transformer's unpriced element-wise work lands) moves
+    transformer steps only."""
+    gpu = cat.gpu("A100-80GB")
+    base = calibration.efficiencies()
+
+    def step(model: str, effs: calibration.Efficiencies) -> tuple[float, float]:
+        fields = {"image_size": 224} if model == "resnet-50" else {"seq_len": 1024}
+        spec = parse_spec(
+            {"model": model, "precision": "bf16-mixed", "micro_batch_size": 8, **fields}
+        )
+        with calibration.efficiencies_in_use(effs):
+            t = configure(spec, gpu, 1, default_topology(gpu, 1)).time
+        return t.step_time_s, t.parts["overhead (unmodelled)"]
+
+    more_arch = holdout.efficiencies_with(base, {"Ampere.step_overhead": 0.35})
+    more_cnn = holdout.efficiencies_with(base, {"cnn.step_overhead": 0.35})
+    cnn_step, cnn_over = step("resnet-50", base)
+    assert cnn_over == pytest.approx(cnn_step - cnn_step / (1 + base.cnn["step_overhead"]))
+    assert step("resnet-50", more_arch)[0] == pytest.approx(cnn_step)
+    assert step("resnet-50", more_cnn)[0] > cnn_step
+    gpt_step = step("gpt2", base)[0]
+    assert step("gpt2", more_cnn)[0] == pytest.approx(gpt_step)
+    assert step("gpt2", more_arch)[0] > gpt_step
 
 
 def test_eager_attention_scores_cost_their_passes_in_their_dtype(cat) -> None:  # type: ignore[no-untyped-def]

@@ -227,12 +227,14 @@ def memory_loso(table: Path) -> LosoReport:
 def efficiencies_with(
     base: calibration.Efficiencies, params: Mapping[str, float]
 ) -> calibration.Efficiencies:
-    """``base`` with flattened parameters set: ``<architecture>.<key>`` or ``overlap.<key>``.
+    """``base`` with flattened parameters set: ``<architecture>.<key>``, ``overlap.<key>`` or
+    ``cnn.<key>``.
 
     Each value is a share of peak or of traffic hidden, so one outside [0, 1] (a fold written by
     a broken fit) is an error, as it is in efficiency.yaml."""
     archs = dict(base.archs)
     overlap = dict(base.overlap)
+    cnn = dict(base.cnn)
     for name, value in params.items():
         if not 0.0 <= value <= 1.0:
             raise GpuPlanError(
@@ -241,10 +243,12 @@ def efficiencies_with(
         head, key = name.rsplit(".", 1)
         if head == "overlap":
             overlap[key] = value
+        elif head == "cnn":
+            cnn[key] = value
         else:
             change: dict[str, Any] = {key: value}
             archs[head] = dataclasses.replace(archs[head], **change)
-    return dataclasses.replace(base, archs=archs, overlap=overlap)
+    return dataclasses.replace(base, archs=archs, overlap=overlap, cnn=cnn)
 
 
 def param_value(effs: calibration.Efficiencies, name: str) -> float:
@@ -252,6 +256,8 @@ def param_value(effs: calibration.Efficiencies, name: str) -> float:
     head, key = name.rsplit(".", 1)
     if head == "overlap":
         return effs.overlap[key]
+    if head == "cnn":
+        return effs.cnn[key]
     return float(getattr(effs.archs[head], key))
 
 

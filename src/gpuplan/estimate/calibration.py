@@ -70,6 +70,10 @@ class Efficiencies:
     pcie_gb_per_s: dict[int, float]
     overlap: dict[str, float]
     virtualization: dict[str, float]
+    cnn: dict[str, float]
+    """Convolutional networks' own values (``step_overhead``: the share of a CNN step outside
+    its priced kernels, in place of the architecture's, which stands for a transformer's
+    unpriced element-wise work)."""
 
     def arch(self, gpu: GpuSpec) -> ArchEfficiency:
         """Parameters for the GPU's architecture (falls back to Hopper's, stated as prior),
@@ -158,6 +162,10 @@ class _OverlapFile(_File):
     pipeline_p2p: float = Field(ge=0, le=1)
 
 
+class _CnnFile(_File):
+    step_overhead: float = Field(ge=0, lt=1)
+
+
 class _VirtualizationFile(_File):
     vgpu_slice: float = Field(gt=0, le=1, alias="vgpu-slice")
     virtualized: float = Field(gt=0, le=1)
@@ -173,6 +181,7 @@ class EfficiencyFile(_File):
     pcie_gb_per_s_per_direction: dict[int, float]
     overlap: _OverlapFile
     virtualization: _VirtualizationFile
+    cnn: _CnnFile
 
     @field_validator("architectures")
     @classmethod
@@ -217,6 +226,7 @@ def parse_efficiency_file(data: Any, origin: str = "efficiency.yaml") -> Efficie
         pcie_gb_per_s=dict(f.pcie_gb_per_s_per_direction),
         overlap=f.overlap.model_dump(),
         virtualization=f.virtualization.model_dump(by_alias=True),
+        cnn=f.cnn.model_dump(),
     )
 
 

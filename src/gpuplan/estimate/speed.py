@@ -378,6 +378,8 @@ def estimate_time(
     lay = layout_for(job, st)  # the engine's per-parameter state layout
     dtype = {"fp32": "fp32", "tf32": "tf32"}.get(job.precision, job.precision.split("-")[0])
     eff = for_dtype(eff_all.arch(gpu), dtype)
+    if shape.family == "cnn":  # its element-wise kernels are counted (compute.EAGER_PASSES)
+        eff = dataclasses.replace(eff, step_overhead=eff_all.cnn["step_overhead"])
     full = job.method == "full"
     layers_stage = -(-shape.layers // st.pp)
     if full:
@@ -783,7 +785,12 @@ def estimate_time(
         f"intra-node link {intra.name}: {intra.bandwidth / 1e9:.0f} GB/s per GPU per direction achieved",
         f"overlap: data-parallel {ov['data_parallel']:.0%} of backward, FSDP prefetch {ov['fsdp']:.0%}"
         + (", " + TP_OVERLAP_NOTES[tp_mode].format(ov["tensor_parallel"]) if st.tp > 1 else ""),
-        f"step overhead {eff.step_overhead:.0%} for data loading, Python and synchronisation",
+        f"step overhead {eff.step_overhead:.0%} for data loading, Python and synchronisation"
+        + (
+            " (convolutional networks' own, fitted: their kernels are priced one by one)"
+            if shape.family == "cnn"
+            else ""
+        ),
     ]
     if inter is not None:
         assumptions.append(
