@@ -7,9 +7,10 @@ cuDNN/FlashAttention-3 class), on its rows at sequence length >= 8192 where atte
 least a tenth of the step (ATTENTION_MIN_SHARE), up to the best measured kernel's share of peak
 (ATTENTION_CEILING; on Hopper, ``attention_cudnn`` is the measured cuDNN/FA2 ratio times
 ``attention``); Ampere's ``step_overhead`` (its GEMM level is measured) on its rows other
-than convolutional networks; one global tensor-parallel overlap fraction, on the rows with
-tp > 1; and the convolutional networks' own step overhead (``cnn.step_overhead``), on every
-CNN row whatever its architecture. Each is chosen on a grid to
+than convolutional networks and compiled models; one global tensor-parallel overlap fraction,
+on the rows with tp > 1; and the step overheads of two code paths (:data:`PATHS`):
+convolutional networks' (``cnn.step_overhead``) and compiled models' (``compiled.step_overhead``),
+each on its rows whatever their architecture. Each is chosen on a grid to
 minimise the source-balanced mean of |log(predicted / measured)|, capped at ERROR_CAP, over
 its rows (each source's rows weigh 1 in all), never per row; groups with
 fewer than 2 rows keep their prior. GEMM, attention and overlap interact, so they are
@@ -41,6 +42,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -141,6 +143,24 @@ def _score(rows: list[dict[str, str]]) -> float | None:
     return sum(min(e, ERROR_CAP) / per_source[src] for e, src in pairs) / len(per_source)
 
 
+def _grid_best(
+    members: list[dict[str, str]],
+    grid: list[float],
+    trial: Callable[[float], calibration.Efficiencies],
+    start: float,
+) -> tuple[float, float]:
+    """(score, value) of the grid value whose parameters (``trial(value)``) score best on
+    ``members`` (:func:`_score`); ``start`` with an infinite score when none scores."""
+    best = (math.inf, start)
+    for value in grid:
+        calibration.use_efficiencies(trial(value))
+        score = _score(members)
+        if score is not None and score < best[0]:
+            best = (score, value)
+    calibration.use_efficiencies(None)
+    return best
+
+
 def _fit_tp_overlap(
     rows: list[dict[str, str]], base: calibration.Efficiencies, verbose: bool = True
 ) -> calibration.Efficiencies:
@@ -148,14 +168,12 @@ def _fit_tp_overlap(
     members = [r for r in rows if re.search(r"\btp: ([2-9]|\d\d)", r["spec"])]
     if len(members) < MIN_ROWS:
         return base
-    best = (math.inf, base.overlap["tensor_parallel"])
-    for value in [round(0.05 * i, 2) for i in range(20)]:
-        trial = dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": value})
-        calibration.use_efficiencies(trial)
-        score = _score(members)
-        if score is not None and score < best[0]:
-            best = (score, value)
-    calibration.use_efficiencies(None)
+    best = _grid_best(
+        members,
+        [round(0.05 * i, 2) for i in range(20)],
+        lambda v: dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": v}),
+        base.overlap["tensor_parallel"],
+    )
     if not verbose:
         return dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": best[1]})
     print(
@@ -164,27 +182,35 @@ def _fit_tp_overlap(
     return dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": best[1]})
 
 
-def _fit_cnn_overhead(
-    rows: list[dict[str, str]], base: calibration.Efficiencies, verbose: bool = True
+def _is_compiled(row: dict[str, str]) -> bool:
+    """Whether the row's model runs under ``torch.compile`` (and is not a CNN, which takes
+    ``cnn.step_overhead`` whatever compiles it)."""
+    return bool(re.search(r"\bcompile: true\b", row["spec"])) and not _is_cnn(row)
+
+
+PATHS = {"cnn": _is_cnn, "compiled": _is_compiled}
+"""Code paths with a step overhead of their own (efficiency.yaml ``cnn``, ``compiled``) and the
+rows each is fitted on."""
+
+
+def _fit_path_overhead(
+    path: str, rows: list[dict[str, str]], base: calibration.Efficiencies, verbose: bool = True
 ) -> calibration.Efficiencies:
-    """Fit the step overhead of convolutional networks on the CNN rows (every architecture)."""
-    members = [r for r in rows if _is_cnn(r)]
+    """Fit one code path's step overhead on its rows (every architecture)."""
+    members = [r for r in rows if PATHS[path](r)]
     if len(members) < MIN_ROWS:
         return base
-    best = (math.inf, base.cnn["step_overhead"])
-    for value in OVERHEAD_GRID:
-        calibration.use_efficiencies(
-            dataclasses.replace(base, cnn={**base.cnn, "step_overhead": value})
-        )
-        score = _score(members)
-        if score is not None and score < best[0]:
-            best = (score, value)
-    calibration.use_efficiencies(None)
+    best = _grid_best(
+        members,
+        OVERHEAD_GRID,
+        lambda v: holdout.efficiencies_with(base, {f"{path}.step_overhead": v}),
+        getattr(base, path)["step_overhead"],
+    )
     if verbose:
         print(
-            f"  cnn step_overhead = {best[1]:.2f} on {len(members)} rows (capped mean |log err| {best[0]:.3f})"
+            f"  {path} step_overhead = {best[1]:.2f} on {len(members)} rows (capped mean |log err| {best[0]:.3f})"
         )
-    return dataclasses.replace(base, cnn={**base.cnn, "step_overhead": best[1]})
+    return holdout.efficiencies_with(base, {f"{path}.step_overhead": best[1]})
 
 
 def _fit_key(
@@ -199,15 +225,14 @@ def _fit_key(
         if verbose:
             print(f"  {arch:13s} {key:9s}   kept prior: only {len(members)} row(s)")
         return effs
-    best = (math.inf, getattr(effs.archs[arch], key))
     ceiling = ATTENTION_CEILING.get(arch, 1.0) if key == "attention" else 1.0
     grid = OVERHEAD_GRID if key == "step_overhead" else GRID
-    for value in [v for v in grid if v <= ceiling]:
-        calibration.use_efficiencies(_carry(_with(effs, arch, key, value)))
-        score = _score(members)
-        if score is not None and score < best[0]:
-            best = (score, value)
-    calibration.use_efficiencies(None)
+    best = _grid_best(
+        members,
+        [v for v in grid if v <= ceiling],
+        lambda v: _carry(_with(effs, arch, key, v)),
+        getattr(effs.archs[arch], key),
+    )
     if verbose:
         print(
             f"  {arch:13s} {key:9s} = {best[1]:.2f} on {len(members)} rows (capped mean |log err| {best[0]:.3f})"
@@ -291,7 +316,7 @@ def _fitted(effs: calibration.Efficiencies) -> tuple[float, ...]:
     return (
         *(getattr(a, k) for a in effs.archs.values() for k in START),
         effs.overlap["tensor_parallel"],
-        effs.cnn["step_overhead"],
+        *(getattr(effs, path)["step_overhead"] for path in PATHS),
     )
 
 
@@ -312,18 +337,16 @@ def fit(
         arch = cat.gpu(row["gpu"]).architecture
         if arch in base.archs:
             groups[(arch, _class(row))].append(row)
-            if arch in MEASURED_GEMM and not _is_cnn(row):
+            if arch in MEASURED_GEMM and not any(is_path(row) for is_path in PATHS.values()):
                 groups[(arch, "step_overhead")].append(row)
             if _informs_attention(row):
                 key = "attention_cudnn" if "attention: cudnn" in row["spec"] else "attention"
                 groups[(arch, key)].append(row)
     fix_tp = "overlap.tensor_parallel" in FIXED
-    fix_cnn = "cnn.step_overhead" in FIXED
     tp_start = START_TP_OVERLAP  # held constants stay at their stated prior
-    effs = dataclasses.replace(
-        base,
-        overlap={**base.overlap, "tensor_parallel": tp_start},
-        cnn={**base.cnn, "step_overhead": START["step_overhead"]},
+    effs = holdout.efficiencies_with(
+        dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": tp_start}),
+        {f"{path}.step_overhead": START["step_overhead"] for path in PATHS},
     )
     for arch in CUDNN_OVER_FLASH2:
         groups.pop((arch, "attention_cudnn"), None)
@@ -344,8 +367,9 @@ def fit(
             effs = _fit_key(effs, arch, key, members, verbose)
         if not fix_tp:
             effs = _fit_tp_overlap(rows, effs, verbose)
-        if not fix_cnn:
-            effs = _fit_cnn_overhead(rows, effs, verbose)
+        for path in PATHS:
+            if f"{path}.step_overhead" not in FIXED:
+                effs = _fit_path_overhead(path, rows, effs, verbose)
         if _fitted(effs) == before:
             break
     return _carry(effs)
@@ -449,7 +473,7 @@ def _groups(rows: list[dict[str, str]]) -> dict[str, list[str]]:
         if arch not in base.archs:
             continue
         out[f"{arch}.{_class(row)}"].append(row["id"])
-        if arch in MEASURED_GEMM and not _is_cnn(row):
+        if arch in MEASURED_GEMM and not any(is_path(row) for is_path in PATHS.values()):
             out[f"{arch}.step_overhead"].append(row["id"])
         if _informs_attention(row):
             key = "attention_cudnn" if "attention: cudnn" in row["spec"] else "attention"
@@ -458,7 +482,8 @@ def _groups(rows: list[dict[str, str]]) -> dict[str, list[str]]:
     out["overlap.tensor_parallel"] = [
         r["id"] for r in rows if re.search(r"\btp: ([2-9]|\d\d)", r["spec"])
     ]
-    out["cnn.step_overhead"] = [r["id"] for r in rows if _is_cnn(r)]
+    for path, is_path in PATHS.items():
+        out[f"{path}.step_overhead"] = [r["id"] for r in rows if is_path(r)]
     return {k: v for k, v in sorted(out.items()) if len(v) >= MIN_ROWS and k not in FIXED}
 
 
@@ -605,11 +630,13 @@ def _write_yaml(fitted: calibration.Efficiencies, base: calibration.Efficiencies
         rf"\g<1>{fitted.overlap['tensor_parallel']:.2f}",
         text,
     )
-    return re.sub(
-        r"(\ncnn:\n  step_overhead: )[0-9.]+",
-        rf"\g<1>{fitted.cnn['step_overhead']:.2f}",
-        text,
-    )
+    for path in PATHS:
+        text = re.sub(
+            rf"(\n{path}:\n(?:  #.*\n)*  step_overhead: )[0-9.]+",
+            rf"\g<1>{getattr(fitted, path)['step_overhead']:.2f}",
+            text,
+        )
+    return text
 
 
 def main() -> int:

@@ -180,6 +180,9 @@ def test_efficiencies_with_sets_flattened_names() -> None:
     cnn = holdout.efficiencies_with(base, {"cnn.step_overhead": 0.3})
     assert holdout.param_value(cnn, "cnn.step_overhead") == 0.3
     assert cnn.archs == base.archs and cnn.overlap == base.overlap
+    compiled = holdout.efficiencies_with(base, {"compiled.step_overhead": 0.2})
+    assert holdout.param_value(compiled, "compiled.step_overhead") == 0.2
+    assert compiled.cnn == base.cnn
 
 
 def test_efficiencies_in_use_puts_back_what_was_in_use() -> None:

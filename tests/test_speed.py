@@ -335,6 +335,15 @@ def test_efficiency_file_is_strict() -> None:
     unknown["overlap"]["fsdp_prefetch"] = 0.5
     with pytest.raises(CatalogError, match="fsdp_prefetch"):
         parse_efficiency_file(unknown)
+    for path in ("cnn", "compiled"):  # the code paths' own step overheads
+        no_path = yaml.safe_load(text)
+        del no_path[path]
+        with pytest.raises(CatalogError, match=f"^efficiency.yaml: {path}: "):
+            parse_efficiency_file(no_path)
+        bad = yaml.safe_load(text)
+        bad[path]["step_overhead"] = 1.5
+        with pytest.raises(CatalogError, match=f"{path}.step_overhead"):
+            parse_efficiency_file(bad)
 
 
 def test_carried_efficiencies_follow_their_fitted_sources() -> None:
@@ -420,6 +429,37 @@ def test_cnn_step_takes_the_cnn_overhead_not_its_architectures(cat) -> None:  # 
     gpt_step = step("gpt2", base)[0]
     assert step("gpt2", more_cnn)[0] == pytest.approx(gpt_step)
     assert step("gpt2", more_arch)[0] > gpt_step
+
+
+def test_compiled_step_takes_at_most_the_compiled_overhead(cat) -> None:  # type: ignore[no-untyped-def]
+    """``torch.compile`` fuses the element-wise work an architecture's step overhead stands
+    for: a compiled job pays ``compiled.step_overhead`` where that is lower, and never more
+    than its architecture's (Hopper's 0.05 prior)."""
+    base = calibration.efficiencies()
+
+    def overhead(gpu_id: str, compiled: bool, effs: calibration.Efficiencies) -> float:
+        gpu = cat.gpu(gpu_id)
+        spec = parse_spec(
+            {
+                "model": "llama-3.2-1b",
+                "precision": "bf16-mixed",
+                "micro_batch_size": 2,
+                "seq_len": 2048,
+                "framework": "torchtune",
+                "compile": compiled,
+            }
+        )
+        with calibration.efficiencies_in_use(effs):
+            t = configure(spec, gpu, 1, default_topology(gpu, 1)).time
+        return t.parts["overhead (unmodelled)"] / (t.step_time_s - t.parts["overhead (unmodelled)"])
+
+    ampere = base.archs["Ampere"].step_overhead
+    low = holdout.efficiencies_with(base, {"compiled.step_overhead": 0.01})
+    assert overhead("A100-80GB", False, low) == pytest.approx(ampere)
+    assert overhead("A100-80GB", True, low) == pytest.approx(0.01)
+    high = holdout.efficiencies_with(base, {"compiled.step_overhead": 0.3})
+    hopper = base.archs["Hopper"].step_overhead
+    assert overhead("H100-SXM", True, high) == pytest.approx(hopper)
 
 
 def test_eager_attention_scores_cost_their_passes_in_their_dtype(cat) -> None:  # type: ignore[no-untyped-def]

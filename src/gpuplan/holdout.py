@@ -227,14 +227,14 @@ def memory_loso(table: Path) -> LosoReport:
 def efficiencies_with(
     base: calibration.Efficiencies, params: Mapping[str, float]
 ) -> calibration.Efficiencies:
-    """``base`` with flattened parameters set: ``<architecture>.<key>``, ``overlap.<key>`` or
-    ``cnn.<key>``.
+    """``base`` with flattened parameters set: ``<architecture>.<key>``, ``overlap.<key>``, or a
+    code path's ``cnn.<key>`` / ``compiled.<key>``.
 
     Each value is a share of peak or of traffic hidden, so one outside [0, 1] (a fold written by
     a broken fit) is an error, as it is in efficiency.yaml."""
     archs = dict(base.archs)
     overlap = dict(base.overlap)
-    cnn = dict(base.cnn)
+    paths = {"cnn": dict(base.cnn), "compiled": dict(base.compiled)}
     for name, value in params.items():
         if not 0.0 <= value <= 1.0:
             raise GpuPlanError(
@@ -243,12 +243,14 @@ def efficiencies_with(
         head, key = name.rsplit(".", 1)
         if head == "overlap":
             overlap[key] = value
-        elif head == "cnn":
-            cnn[key] = value
+        elif head in paths:
+            paths[head][key] = value
         else:
             change: dict[str, Any] = {key: value}
             archs[head] = dataclasses.replace(archs[head], **change)
-    return dataclasses.replace(base, archs=archs, overlap=overlap, cnn=cnn)
+    return dataclasses.replace(
+        base, archs=archs, overlap=overlap, cnn=paths["cnn"], compiled=paths["compiled"]
+    )
 
 
 def param_value(effs: calibration.Efficiencies, name: str) -> float:
@@ -256,8 +258,8 @@ def param_value(effs: calibration.Efficiencies, name: str) -> float:
     head, key = name.rsplit(".", 1)
     if head == "overlap":
         return effs.overlap[key]
-    if head == "cnn":
-        return effs.cnn[key]
+    if head in ("cnn", "compiled"):
+        return float(getattr(effs, head)[key])
     return float(getattr(effs.archs[head], key))
 
 

@@ -74,6 +74,9 @@ class Efficiencies:
     """Convolutional networks' own values (``step_overhead``: the share of a CNN step outside
     its priced kernels, in place of the architecture's, which stands for a transformer's
     unpriced element-wise work)."""
+    compiled: dict[str, float]
+    """``torch.compile``d models' own values (``step_overhead``, in place of the
+    architecture's where that is larger: Inductor fuses the element-wise work it stands for)."""
 
     def arch(self, gpu: GpuSpec) -> ArchEfficiency:
         """Parameters for the GPU's architecture (falls back to Hopper's, stated as prior),
@@ -163,6 +166,8 @@ class _OverlapFile(_File):
 
 
 class _CnnFile(_File):
+    """A code path's own step overhead (``cnn``, ``compiled``)."""
+
     step_overhead: float = Field(ge=0, lt=1)
 
 
@@ -182,6 +187,7 @@ class EfficiencyFile(_File):
     overlap: _OverlapFile
     virtualization: _VirtualizationFile
     cnn: _CnnFile
+    compiled: _CnnFile
 
     @field_validator("architectures")
     @classmethod
@@ -227,6 +233,7 @@ def parse_efficiency_file(data: Any, origin: str = "efficiency.yaml") -> Efficie
         overlap=f.overlap.model_dump(),
         virtualization=f.virtualization.model_dump(by_alias=True),
         cnn=f.cnn.model_dump(),
+        compiled=f.compiled.model_dump(),
     )
 
 

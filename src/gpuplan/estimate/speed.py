@@ -380,6 +380,9 @@ def estimate_time(
     eff = for_dtype(eff_all.arch(gpu), dtype)
     if shape.family == "cnn":  # its element-wise kernels are counted (compute.EAGER_PASSES)
         eff = dataclasses.replace(eff, step_overhead=eff_all.cnn["step_overhead"])
+    elif job.compiled:  # Inductor fuses the element-wise work the overhead stands for
+        compiled = min(eff.step_overhead, eff_all.compiled["step_overhead"])
+        eff = dataclasses.replace(eff, step_overhead=compiled)
     full = job.method == "full"
     layers_stage = -(-shape.layers // st.pp)
     if full:
@@ -789,6 +792,8 @@ def estimate_time(
         + (
             " (convolutional networks' own, fitted: their kernels are priced one by one)"
             if shape.family == "cnn"
+            else " (compiled models' own, fitted: Inductor fuses the element-wise work)"
+            if job.compiled and eff.step_overhead == eff_all.compiled["step_overhead"]
             else ""
         ),
     ]
