@@ -32,6 +32,14 @@ SPEC = {
         ({"method": "lora", "count": 1, "tp": 1, "pp": 1, "gpus_per_node": 1}, "lora"),
         ({"method": "qlora", "count": 2, "tp": 1, "pp": 1, "gpus_per_node": 8}, "qlora"),
         ({"method": "full", "count": 8, "tp": 1, "pp": 1, "gpus_per_node": 8}, "data-parallel"),
+        (
+            {"method": "full", "count": 8, "tp": 1, "pp": 1, "gpus_per_node": 8, "sharded": True},
+            "zero-fsdp",
+        ),
+        (
+            {"method": "full", "count": 1, "tp": 1, "pp": 1, "gpus_per_node": 8, "sharded": True},
+            "single-gpu-full",
+        ),
         ({"method": "lora", "count": 8, "tp": 2, "pp": 1, "gpus_per_node": 8}, "tp-pp"),
         ({"method": "full", "count": 16, "tp": 8, "pp": 2, "gpus_per_node": 8}, "multi-node"),
         (
@@ -60,7 +68,7 @@ SPEC = {
     ],
 )
 def test_job_class(kw: dict[str, object], cls: str) -> None:
-    assert bnd.job_class(**{"family": "decoder", **kw}) == cls  # type: ignore[arg-type]
+    assert bnd.job_class(**{"family": "decoder", "sharded": False, **kw}) == cls  # type: ignore[arg-type]
 
 
 def test_a_cnn_fit_takes_the_cnn_bounds() -> None:

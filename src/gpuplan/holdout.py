@@ -336,7 +336,7 @@ def row_job_class(row: dict[str, str], repo_root: Path) -> str:
     spec = row_spec(row["spec"], row["id"], repo_root)
     par = spec.parallelism if isinstance(spec.parallelism, ParallelismSpec) else None
     count = int(row.get("count") or 1)
-    layout = Strategy(tp=par.tp, pp=par.pp) if par else Strategy()
+    layout = Strategy(tp=par.tp, pp=par.pp, sharding=par.sharding) if par else Strategy()
     return strategy_class(spec, layout, count, int(row.get("gpus_per_node") or min(count, 8)))
 
 

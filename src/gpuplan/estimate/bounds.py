@@ -29,6 +29,7 @@ JOB_CLASSES = (
     "lora",
     "qlora",
     "data-parallel",
+    "zero-fsdp",
     "tp-pp",
     "multi-node",
     "cnn",
@@ -39,16 +40,20 @@ convolutions and eager passes, not a transformer's GEMMs and attention), and its
 scatter about twice as far below the estimate as a single-GPU transformer job's
 (``bounds.yaml``). Any other job on several nodes is
 ``multi-node``, else with tensor or pipeline parallelism ``tp-pp``, else by method
-(``qlora``, ``lora``), else ``data-parallel`` (DDP, ZeRO, FSDP on one node) or
-``single-gpu-full``."""
+(``qlora``, ``lora``), else on several GPUs of one node ``zero-fsdp`` when the state is sharded
+(ZeRO, FSDP, HSDP: gathers and reduce-scatters) and ``data-parallel`` when it is replicated
+(DDP: one all-reduce), else ``single-gpu-full``. The issue that asked for the bounds named
+ZeRO/FSDP as a class of its own; until 2026-12-04 it shared ``data-parallel``."""
 POOLED = "pooled"
 Kind = Literal["memory", "time"]
 Verdict = Literal["fits", "tight", "no"]
 
 
-def job_class(*, family: str, method: str, count: int, tp: int, pp: int, gpus_per_node: int) -> str:
+def job_class(
+    *, family: str, method: str, count: int, tp: int, pp: int, gpus_per_node: int, sharded: bool
+) -> str:
     """The job class whose residuals size this job's bounds (``family``: the model's,
-    :attr:`gpuplan.models.config.ModelConfig.family`)."""
+    :attr:`gpuplan.models.config.ModelConfig.family`; ``sharded``: ZeRO, FSDP or HSDP)."""
     if family == "cnn":
         return "cnn"
     if count > max(1, gpus_per_node):
@@ -57,7 +62,9 @@ def job_class(*, family: str, method: str, count: int, tp: int, pp: int, gpus_pe
         return "tp-pp"
     if method in ("qlora", "lora"):
         return method
-    return "data-parallel" if count > 1 else "single-gpu-full"
+    if count > 1:
+        return "zero-fsdp" if sharded else "data-parallel"
+    return "single-gpu-full"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

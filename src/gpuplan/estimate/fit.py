@@ -537,4 +537,5 @@ def strategy_class(spec: JobSpec, st: Strategy, count: int, gpus_per_node: int) 
         tp=st.tp,
         pp=st.pp,
         gpus_per_node=gpus_per_node,
+        sharded=st.sharding != "none",
     )
