@@ -475,7 +475,10 @@ class JobSpec(_Spec):
         "`parallelism.sharding` value keeps per parameter.",
     )
     compile: bool = Field(
-        default=False, description="torch.compile: pointwise intermediates are recomputed."
+        default=False,
+        description="torch.compile: pointwise intermediates are recomputed (memory); element-wise "
+        "kernels are fused and the step pays at most the compiled models' fitted step overhead "
+        "(efficiency.yaml compiled.step_overhead) instead of its architecture's (time).",
     )
     compile_loss: bool | None = Field(
         default=None,
