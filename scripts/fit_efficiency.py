@@ -8,7 +8,7 @@ least a tenth of the step (ATTENTION_MIN_SHARE), up to the best measured kernel'
 (ATTENTION_CEILING; on Hopper, ``attention_cudnn`` is the measured cuDNN/FA2 ratio times
 ``attention``); Ampere's ``step_overhead`` (its GEMM level is measured) on its rows other
 than convolutional networks and compiled models; one global tensor-parallel overlap fraction,
-on the rows with tp > 1; and the step overheads of two code paths (:data:`PATHS`):
+on the rows with tp > 1; and the step overheads of two code paths (``calibration.CODE_PATHS``):
 convolutional networks' (``cnn.step_overhead``) and compiled models' (``compiled.step_overhead``),
 each on its rows whatever their architecture. Each is chosen on a grid to
 minimise the source-balanced mean of |log(predicted / measured)|, capped at ERROR_CAP, over
@@ -80,19 +80,22 @@ def _class(row: dict[str, str]) -> str:
     return "gemm"
 
 
-_CNN_ROWS: dict[str, bool] = {}
+_PATH_OF: dict[str, str | None] = {}
 
 
-def _is_cnn(row: dict[str, str]) -> bool:
-    """Whether the row's model is a convolutional network (its step is priced by
-    ``compute.cnn_step`` and takes ``cnn.step_overhead``, not its architecture's)."""
-    if row["id"] not in _CNN_ROWS:
+def _path_of(row: dict[str, str]) -> str | None:
+    """The code path whose own step overhead the row's estimate takes, as ``speed.estimate_time``
+    decides it: ``cnn`` for a convolutional network (whatever compiles it), ``compiled`` for a
+    ``torch.compile``d model, None otherwise (its architecture's)."""
+    if row["id"] not in _PATH_OF:
         try:
             spec = row_spec(row["spec"], row["id"], REPO)
-            _CNN_ROWS[row["id"]] = load_model(spec.model).family == "cnn"
         except GpuPlanError:
-            _CNN_ROWS[row["id"]] = False
-    return _CNN_ROWS[row["id"]]
+            _PATH_OF[row["id"]] = None
+        else:
+            cnn = load_model(spec.model).family == "cnn"
+            _PATH_OF[row["id"]] = "cnn" if cnn else "compiled" if spec.compile else None
+    return _PATH_OF[row["id"]]
 
 
 def _with(
@@ -182,22 +185,11 @@ def _fit_tp_overlap(
     return dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": best[1]})
 
 
-def _is_compiled(row: dict[str, str]) -> bool:
-    """Whether the row's model runs under ``torch.compile`` (and is not a CNN, which takes
-    ``cnn.step_overhead`` whatever compiles it)."""
-    return bool(re.search(r"\bcompile: true\b", row["spec"])) and not _is_cnn(row)
-
-
-PATHS = {"cnn": _is_cnn, "compiled": _is_compiled}
-"""Code paths with a step overhead of their own (efficiency.yaml ``cnn``, ``compiled``) and the
-rows each is fitted on."""
-
-
 def _fit_path_overhead(
     path: str, rows: list[dict[str, str]], base: calibration.Efficiencies, verbose: bool = True
 ) -> calibration.Efficiencies:
     """Fit one code path's step overhead on its rows (every architecture)."""
-    members = [r for r in rows if PATHS[path](r)]
+    members = [r for r in rows if _path_of(r) == path]
     if len(members) < MIN_ROWS:
         return base
     best = _grid_best(
@@ -316,7 +308,7 @@ def _fitted(effs: calibration.Efficiencies) -> tuple[float, ...]:
     return (
         *(getattr(a, k) for a in effs.archs.values() for k in START),
         effs.overlap["tensor_parallel"],
-        *(getattr(effs, path)["step_overhead"] for path in PATHS),
+        *(getattr(effs, path)["step_overhead"] for path in calibration.CODE_PATHS),
     )
 
 
@@ -337,7 +329,7 @@ def fit(
         arch = cat.gpu(row["gpu"]).architecture
         if arch in base.archs:
             groups[(arch, _class(row))].append(row)
-            if arch in MEASURED_GEMM and not any(is_path(row) for is_path in PATHS.values()):
+            if arch in MEASURED_GEMM and _path_of(row) is None:
                 groups[(arch, "step_overhead")].append(row)
             if _informs_attention(row):
                 key = "attention_cudnn" if "attention: cudnn" in row["spec"] else "attention"
@@ -346,7 +338,7 @@ def fit(
     tp_start = START_TP_OVERLAP  # held constants stay at their stated prior
     effs = holdout.efficiencies_with(
         dataclasses.replace(base, overlap={**base.overlap, "tensor_parallel": tp_start}),
-        {f"{path}.step_overhead": START["step_overhead"] for path in PATHS},
+        {f"{path}.step_overhead": START["step_overhead"] for path in calibration.CODE_PATHS},
     )
     for arch in CUDNN_OVER_FLASH2:
         groups.pop((arch, "attention_cudnn"), None)
@@ -367,7 +359,7 @@ def fit(
             effs = _fit_key(effs, arch, key, members, verbose)
         if not fix_tp:
             effs = _fit_tp_overlap(rows, effs, verbose)
-        for path in PATHS:
+        for path in calibration.CODE_PATHS:
             if f"{path}.step_overhead" not in FIXED:
                 effs = _fit_path_overhead(path, rows, effs, verbose)
         if _fitted(effs) == before:
@@ -473,7 +465,7 @@ def _groups(rows: list[dict[str, str]]) -> dict[str, list[str]]:
         if arch not in base.archs:
             continue
         out[f"{arch}.{_class(row)}"].append(row["id"])
-        if arch in MEASURED_GEMM and not any(is_path(row) for is_path in PATHS.values()):
+        if arch in MEASURED_GEMM and _path_of(row) is None:
             out[f"{arch}.step_overhead"].append(row["id"])
         if _informs_attention(row):
             key = "attention_cudnn" if "attention: cudnn" in row["spec"] else "attention"
@@ -482,8 +474,8 @@ def _groups(rows: list[dict[str, str]]) -> dict[str, list[str]]:
     out["overlap.tensor_parallel"] = [
         r["id"] for r in rows if re.search(r"\btp: ([2-9]|\d\d)", r["spec"])
     ]
-    for path, is_path in PATHS.items():
-        out[f"{path}.step_overhead"] = [r["id"] for r in rows if is_path(r)]
+    for path in calibration.CODE_PATHS:
+        out[f"{path}.step_overhead"] = [r["id"] for r in rows if _path_of(r) == path]
     return {k: v for k, v in sorted(out.items()) if len(v) >= MIN_ROWS and k not in FIXED}
 
 
@@ -630,7 +622,7 @@ def _write_yaml(fitted: calibration.Efficiencies, base: calibration.Efficiencies
         rf"\g<1>{fitted.overlap['tensor_parallel']:.2f}",
         text,
     )
-    for path in PATHS:
+    for path in calibration.CODE_PATHS:
         text = re.sub(
             rf"(\n{path}:\n(?:  #.*\n)*  step_overhead: )[0-9.]+",
             rf"\g<1>{getattr(fitted, path)['step_overhead']:.2f}",

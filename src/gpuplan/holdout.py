@@ -234,7 +234,7 @@ def efficiencies_with(
     a broken fit) is an error, as it is in efficiency.yaml."""
     archs = dict(base.archs)
     overlap = dict(base.overlap)
-    paths = {"cnn": dict(base.cnn), "compiled": dict(base.compiled)}
+    paths = {path: dict(getattr(base, path)) for path in calibration.CODE_PATHS}
     for name, value in params.items():
         if not 0.0 <= value <= 1.0:
             raise GpuPlanError(
@@ -258,7 +258,7 @@ def param_value(effs: calibration.Efficiencies, name: str) -> float:
     head, key = name.rsplit(".", 1)
     if head == "overlap":
         return effs.overlap[key]
-    if head in ("cnn", "compiled"):
+    if head in calibration.CODE_PATHS:
         return float(getattr(effs, head)[key])
     return float(getattr(effs.archs[head], key))
 

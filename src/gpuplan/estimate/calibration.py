@@ -61,6 +61,11 @@ class LinkEfficiency:
     latency_s: float
 
 
+CODE_PATHS = ("cnn", "compiled")
+"""Code paths with a step overhead of their own (:attr:`Efficiencies.cnn`,
+:attr:`Efficiencies.compiled`; flattened names ``<path>.step_overhead``)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Efficiencies:
     """All efficiency parameters (see ``efficiency.yaml`` for sources)."""
@@ -165,7 +170,7 @@ class _OverlapFile(_File):
     pipeline_p2p: float = Field(ge=0, le=1)
 
 
-class _CnnFile(_File):
+class _PathFile(_File):
     """A code path's own step overhead (``cnn``, ``compiled``)."""
 
     step_overhead: float = Field(ge=0, lt=1)
@@ -186,8 +191,8 @@ class EfficiencyFile(_File):
     pcie_gb_per_s_per_direction: dict[int, float]
     overlap: _OverlapFile
     virtualization: _VirtualizationFile
-    cnn: _CnnFile
-    compiled: _CnnFile
+    cnn: _PathFile
+    compiled: _PathFile
 
     @field_validator("architectures")
     @classmethod

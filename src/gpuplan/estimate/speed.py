@@ -378,11 +378,16 @@ def estimate_time(
     lay = layout_for(job, st)  # the engine's per-parameter state layout
     dtype = {"fp32": "fp32", "tf32": "tf32"}.get(job.precision, job.precision.split("-")[0])
     eff = for_dtype(eff_all.arch(gpu), dtype)
+    overhead_note = ""
     if shape.family == "cnn":  # its element-wise kernels are counted (compute.EAGER_PASSES)
         eff = dataclasses.replace(eff, step_overhead=eff_all.cnn["step_overhead"])
-    elif job.compiled:  # Inductor fuses the element-wise work the overhead stands for
-        compiled = min(eff.step_overhead, eff_all.compiled["step_overhead"])
-        eff = dataclasses.replace(eff, step_overhead=compiled)
+        overhead_note = (
+            " (convolutional networks' own, fitted: their kernels are priced one by one)"
+        )
+    elif job.compiled and eff_all.compiled["step_overhead"] <= eff.step_overhead:
+        # Inductor fuses the element-wise work the architecture's overhead stands for
+        eff = dataclasses.replace(eff, step_overhead=eff_all.compiled["step_overhead"])
+        overhead_note = " (compiled models' own, fitted: Inductor fuses the element-wise work)"
     full = job.method == "full"
     layers_stage = -(-shape.layers // st.pp)
     if full:
@@ -789,13 +794,7 @@ def estimate_time(
         f"overlap: data-parallel {ov['data_parallel']:.0%} of backward, FSDP prefetch {ov['fsdp']:.0%}"
         + (", " + TP_OVERLAP_NOTES[tp_mode].format(ov["tensor_parallel"]) if st.tp > 1 else ""),
         f"step overhead {eff.step_overhead:.0%} for data loading, Python and synchronisation"
-        + (
-            " (convolutional networks' own, fitted: their kernels are priced one by one)"
-            if shape.family == "cnn"
-            else " (compiled models' own, fitted: Inductor fuses the element-wise work)"
-            if job.compiled and eff.step_overhead == eff_all.compiled["step_overhead"]
-            else ""
-        ),
+        + overhead_note,
     ]
     if inter is not None:
         assumptions.append(
