@@ -16,6 +16,9 @@ in seq x seq) are left out, as the score passes price them. docs/accuracy.md ("E
 element-wise traffic counted") uses these figures.
 
     python scripts/count_eager_kernels.py [--bytes]
+
+Without ``--bytes`` it also counts the fp32 models under CUDA autocast's rules, whose casts are
+kernels of their own (``compute.EAGER_KERNELS_PER_LAYER_AUTOCAST``).
 """
 
 from __future__ import annotations
@@ -67,10 +70,18 @@ def builders(
     return llama, gpt2, bert
 
 
-def layer_ops(build: Callable[[int], Any], vocab: int = 100) -> collections.Counter[str]:
-    """Ops of one layer: a training step of a 2-layer model less that of a 1-layer model."""
+def layer_ops(
+    build: Callable[[int], Any], vocab: int = 100, *, autocast: bool = False
+) -> collections.Counter[str]:
+    """Ops of one layer: a training step of a 2-layer model less that of a 1-layer model. With
+    ``autocast``, the forward runs under CUDA autocast's rules in fp16 (emulated on the CPU by
+    ``gpuplan.trace.autocast``), whose casts (``_to_copy``) are kernels too."""
+    import contextlib
+
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    from gpuplan.trace import autocast as ac
 
     class Count(TorchDispatchMode):
         def __init__(self) -> None:
@@ -82,13 +93,23 @@ def layer_ops(build: Callable[[int], Any], vocab: int = 100) -> collections.Coun
             return func(*args, **(kwargs or {}))
 
     counts = []
-    for layers in (1, 2):
-        torch.manual_seed(0)
-        model = build(layers)
-        ids = torch.randint(0, vocab, (2, 16))
-        with Count() as c:
-            model(input_ids=ids, labels=ids).loss.backward()
-        counts.append(c.ops)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    low = set(ac._LOW)
+    ac._LOW.add(sdpa)  # SDPA is on CUDA autocast's lower-precision list (run.py's shim)
+    try:
+        for layers in (1, 2):
+            torch.manual_seed(0)
+            model = build(layers)
+            ids = torch.randint(0, vocab, (2, 16))
+            with Count() as c:
+                mode = ac.CudaAutocast(torch.float16) if autocast else contextlib.nullcontext()
+                with mode:
+                    loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+            counts.append(c.ops)
+    finally:
+        ac._LOW.clear()
+        ac._LOW.update(low)
     diff = collections.Counter(counts[1])
     diff.subtract(counts[0])
     return collections.Counter({k: v for k, v in diff.items() if v > 0 and k not in NO_KERNEL})
@@ -203,6 +224,10 @@ def main() -> int:
         ops = layer_ops(build)
         top = ", ".join(f"{k} {v}" for k, v in ops.most_common(8))
         print(f"{name}: {sum(ops.values())} ops per layer, forward and backward ({top}, ...)")
+    # the fp32 models under autocast (compute.EAGER_KERNELS_PER_LAYER_AUTOCAST)
+    for name, build in (("llama", llama), ("gpt2", gpt2), ("bert", bert)):
+        ops = layer_ops(build, autocast=True)
+        print(f"{name} under autocast: {sum(ops.values())} ops ({ops['_to_copy']} casts)")
     return 0
 
 

@@ -14,7 +14,11 @@ from pathlib import Path
 import pytest
 
 from gpuplan.catalog.loader import load_catalog
-from gpuplan.estimate.compute import EAGER_KERNELS_PER_LAYER, KERNELS_PER_LAYER
+from gpuplan.estimate.compute import (
+    EAGER_KERNELS_PER_LAYER,
+    EAGER_KERNELS_PER_LAYER_AUTOCAST,
+    KERNELS_PER_LAYER,
+)
 from gpuplan.estimate.configure import configure, default_topology
 from gpuplan.estimate.fit import model_shape
 from gpuplan.estimate.speed import _kernels_per_layer
@@ -23,14 +27,14 @@ from gpuplan.spec import parse_spec
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _job(framework: str, compile_: bool = False):  # type: ignore[no-untyped-def]
+def _job(framework: str, compile_: bool = False, precision: str = "bf16-true"):  # type: ignore[no-untyped-def]
     from gpuplan.estimate.fit import memory_job
 
     spec = parse_spec(
         {
             "model": "llama-3.1-8b",
             "method": "full",
-            "precision": "bf16-mixed",
+            "precision": precision,
             "seq_len": 1024,
             "micro_batch_size": 1,
             "global_batch_size": 1,
@@ -49,6 +53,25 @@ def test_eager_engines_get_the_counted_launches() -> None:
     # fused engines and compiled models keep the prior
     assert _kernels_per_layer(_job("megatron"), llama) == KERNELS_PER_LAYER
     assert _kernels_per_layer(_job("hf", compile_=True), llama) == KERNELS_PER_LAYER
+
+
+def test_autocast_adds_its_casts_to_the_launches() -> None:
+    """torch autocast (a ``*-mixed`` precision under a PyTorch engine) casts each linear's weight
+    and fp32 input and the fp32-list ops' inputs, and backward casts the gradients back: kernels
+    of their own. DeepSpeed's fp16/bf16 engine casts the model instead, so it keeps the plain
+    count, as does a model cast to 16 bits (``*-true``)."""
+    llama, gpt2, bert = (model_shape(m) for m in ("llama-3.1-8b", "gpt2", "bert-large"))
+    mixed = _job("hf", precision="bf16-mixed")
+    assert _kernels_per_layer(mixed, llama) == EAGER_KERNELS_PER_LAYER_AUTOCAST["llama"]
+    assert _kernels_per_layer(mixed, gpt2) == EAGER_KERNELS_PER_LAYER_AUTOCAST["gpt2"]
+    assert _kernels_per_layer(mixed, bert) == EAGER_KERNELS_PER_LAYER_AUTOCAST["bert"]
+    assert (
+        _kernels_per_layer(_job("hf", precision="fp32"), llama) == EAGER_KERNELS_PER_LAYER["llama"]
+    )
+    ds = _job("deepspeed", precision="fp16-mixed")
+    assert _kernels_per_layer(ds, gpt2) == EAGER_KERNELS_PER_LAYER["gpt2"]
+    for arch in ("llama", "gpt2", "bert"):
+        assert EAGER_KERNELS_PER_LAYER_AUTOCAST[arch] > EAGER_KERNELS_PER_LAYER[arch]
 
 
 def test_launches_are_a_part_of_the_step() -> None:
@@ -95,6 +118,24 @@ def test_the_counts_match_the_counting_script() -> None:
 
     counted = sum(script.layer_ops(llama).values())
     assert counted == pytest.approx(EAGER_KERNELS_PER_LAYER["llama"], rel=0.15)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="needs the trace extra"
+)
+def test_the_autocast_counts_match_the_counting_script() -> None:
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import count_eager_kernels as script
+    finally:
+        sys.path.pop(0)
+    import transformers as tf
+
+    llama, gpt2, bert = script.builders(tf, hidden=64, ffn=128, head_dim=16, kv_heads=2)
+    for name, build in (("llama", llama), ("gpt2", gpt2), ("bert", bert)):
+        ops = script.layer_ops(build, autocast=True)
+        assert ops["_to_copy"] > 20  # the casts are counted
+        assert sum(ops.values()) == pytest.approx(EAGER_KERNELS_PER_LAYER_AUTOCAST[name], rel=0.15)
 
 
 @pytest.mark.skipif(

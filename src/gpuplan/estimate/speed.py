@@ -29,6 +29,7 @@ from gpuplan.estimate.compute import (
     DEQUANT_BYTES_PER_WEIGHT,
     EAGER_DROPOUT_PASSES,
     EAGER_KERNELS_PER_LAYER,
+    EAGER_KERNELS_PER_LAYER_AUTOCAST,
     EAGER_SCORE_PASSES,
     KERNELS_PER_LAYER,
     MEGATRON_SOFTMAX_PASSES,
@@ -204,9 +205,13 @@ def _score_bytes(job: MemoryJob) -> int:
     """Bytes of an eager attention score: autocast runs softmax in fp32 (PyTorch's autocast
     fp32 list), an fp32 model is fp32 throughout, a model cast to 16 bits (Apex O2, DeepSpeed,
     ``*-true``) keeps 16-bit scores."""
-    pb = PRECISIONS[job.precision]
-    autocast = pb.autocast and FRAMEWORKS[job.framework].engine == "pytorch"
-    return 2 if pb.act == 2 and not autocast else 4
+    return 2 if PRECISIONS[job.precision].act == 2 and not _torch_autocast(job) else 4
+
+
+def _torch_autocast(job: MemoryJob) -> bool:
+    """Whether the step runs under torch autocast: a ``*-mixed`` precision under a PyTorch engine
+    (DeepSpeed and Apex O2 cast the model instead)."""
+    return PRECISIONS[job.precision].autocast and FRAMEWORKS[job.framework].engine == "pytorch"
 
 
 EAGER_FRAMEWORKS = frozenset({"hf", "deepspeed", "litgpt", "torchtune"})
@@ -215,12 +220,14 @@ EAGER_FRAMEWORKS = frozenset({"hf", "deepspeed", "litgpt", "torchtune"})
 
 def _kernels_per_layer(job: MemoryJob, shape: Shape) -> int:
     """Kernel launches of one layer's forward and backward: counted for Hugging Face's eager
-    models (:data:`EAGER_KERNELS_PER_LAYER`), the fused-kernel prior otherwise."""
+    models (:data:`EAGER_KERNELS_PER_LAYER`, and :data:`EAGER_KERNELS_PER_LAYER_AUTOCAST` under
+    torch autocast, whose casts are kernels too), the fused-kernel prior otherwise."""
     if job.compiled or job.framework not in EAGER_FRAMEWORKS:
         return KERNELS_PER_LAYER
+    counts = EAGER_KERNELS_PER_LAYER_AUTOCAST if _torch_autocast(job) else EAGER_KERNELS_PER_LAYER
     if shape.norm == "rmsnorm" and shape.rope:
-        return EAGER_KERNELS_PER_LAYER["llama"]
-    return EAGER_KERNELS_PER_LAYER["bert" if shape.family == "encoder" else "gpt2"]
+        return counts["llama"]
+    return counts["bert" if shape.family == "encoder" else "gpt2"]
 
 
 def _adapter_impl(job: MemoryJob, st: Strategy, pb: PrecisionBytes, adapter_b: int) -> AdapterImpl:
@@ -467,6 +474,13 @@ def estimate_time(
             dataclasses.replace(num, act_bytes=4, autocast=False) if adapter.fp32_stream else num
         )
         items = layer_items_cached(shape, num_time, tr, attn_seq, job.fused_attention)
+        kernels = _kernels_per_layer(job, shape)
+        if kernels != KERNELS_PER_LAYER:
+            assumptions.append(
+                f"kernel launches: {kernels} a layer, forward and backward (Hugging Face's eager "
+                "layer, counted: scripts/count_eager_kernels.py"
+                + (", with torch autocast's casts)" if _torch_autocast(job) else ")")
+            )
         ct = transformer_step(
             shape,
             # what the micro-batch's compute depends on (the cache key): not dp, sharding
@@ -495,7 +509,7 @@ def estimate_time(
             score_bytes=score_bytes,
             score_passes=score_passes,
             adapter=adapter,
-            kernels_per_layer=_kernels_per_layer(job, shape),
+            kernels_per_layer=kernels,
             fp8_transposes=fp8_needs_transposes(gpu.compute_capability),
             adapter_peak=peak_flops(
                 gpu, "fp32" if adapter_b == 4 and not adapter.autocast else "bf16"
