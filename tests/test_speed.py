@@ -564,7 +564,9 @@ def test_unfused_adamw_pays_its_passes(cat) -> None:  # type: ignore[no-untyped-
         return configure(spec, gpu, 1, default_topology(gpu, 1)).time.optimizer_s
 
     assert opt_s("foreach") / opt_s("fused") == pytest.approx(20 / 7, rel=1e-6)
-    assert opt_s("for-loop") == pytest.approx(opt_s("foreach"))
+    # the per-parameter loop streams the same bytes, and pays its launches on the small tensors
+    # (estimate/optimizer_step.py, tests/test_optimizer_step.py)
+    assert opt_s("for-loop") > opt_s("foreach")
 
 
 def test_a_short_reduction_reaches_less_of_the_peak(cat) -> None:  # type: ignore[no-untyped-def]

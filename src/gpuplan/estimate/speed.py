@@ -58,6 +58,7 @@ from gpuplan.estimate.memory import (
     split_over,
 )
 from gpuplan.estimate.numerics import PRECISIONS, PrecisionBytes
+from gpuplan.estimate.optimizer_step import FORLOOP_KERNELS, forloop_step_s
 from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.sharding import DeepSpeedOptions, StateLayout
 from gpuplan.estimate.strategy import Strategy
@@ -552,6 +553,33 @@ def estimate_time(
     bubble = compute * bubble_frac / (1 - bubble_frac) if bubble_frac < 1 else math.inf
     # the optimizer step streams its state once (fused or for-each kernels, memory-bound)
     optimizer_s = opt_params * opt_bytes / (bw * eff.hbm)
+    if (
+        job.optimizer_impl == "for-loop"
+        and opt_shard == 1
+        and st.ep == 1
+        and st.offload == "none"
+        and shape.family != "cnn"
+    ):
+        # a per-parameter loop: each tensor's ops are kernels of their own (optimizer_step.py)
+        loop = forloop_step_s(
+            shape,
+            job.optimizer,
+            full=full,
+            lora_roles=job.lora_roles,
+            lora_rank=job.lora_rank,
+            layers=layers_stage,
+            tp=st.tp,
+            bytes_per_param=opt_bytes,
+            bw=bw * eff.hbm,
+            launch=eff.kernel_overhead_s,
+        )
+        if loop is not None:
+            assumptions.append(
+                f"optimizer step: a per-parameter loop, {FORLOOP_KERNELS[job.optimizer][1]} "
+                "kernels a tensor, each tensor the larger of its bytes and its launches "
+                f"({loop / optimizer_s:.1f}x the streamed bytes alone)"
+            )
+            optimizer_s = loop
     if st.offload != "none":
         pcie = eff_all.pcie_gb_per_s.get(gpu.pcie_generation or 4, 31.5) * 1e9 * 0.7
         held = trainable_stage + expert_held
