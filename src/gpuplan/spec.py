@@ -490,7 +490,8 @@ class JobSpec(_Spec):
     optimizer_impl: Literal["auto", "foreach", "fused", "for-loop"] = Field(
         default="auto",
         description="Optimizer kernel: foreach (torch's CUDA default, one parameter-sized temporary), "
-        "fused, or a per-parameter loop.",
+        "fused, or a per-parameter loop (Hugging Face's adamw_hf, foreach=False: a kernel per op "
+        "per tensor, so small tensors cost their launches).",
     )
     optimizer_in_backward: bool = Field(
         default=False,
