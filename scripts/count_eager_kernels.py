@@ -24,8 +24,9 @@ kernels of their own (``compute.EAGER_KERNELS_PER_LAYER_AUTOCAST``).
 from __future__ import annotations
 
 import collections
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 NO_KERNEL = frozenset(
@@ -70,14 +71,29 @@ def builders(
     return llama, gpt2, bert
 
 
+@contextlib.contextmanager
+def sdpa_under_autocast() -> Iterator[None]:
+    """SDPA on the emulated CUDA autocast's lower-precision list while counting (as the
+    tracer's shim in ``gpuplan.trace.run`` puts it), restored after."""
+    import torch
+
+    from gpuplan.trace import autocast as ac
+
+    low = set(ac._LOW)
+    ac._LOW.add(torch.nn.functional.scaled_dot_product_attention)
+    try:
+        yield
+    finally:
+        ac._LOW.clear()
+        ac._LOW.update(low)
+
+
 def layer_ops(
     build: Callable[[int], Any], vocab: int = 100, *, autocast: bool = False
 ) -> collections.Counter[str]:
     """Ops of one layer: a training step of a 2-layer model less that of a 1-layer model. With
     ``autocast``, the forward runs under CUDA autocast's rules in fp16 (emulated on the CPU by
     ``gpuplan.trace.autocast``), whose casts (``_to_copy``) are kernels too."""
-    import contextlib
-
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -93,10 +109,7 @@ def layer_ops(
             return func(*args, **(kwargs or {}))
 
     counts = []
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    low = set(ac._LOW)
-    ac._LOW.add(sdpa)  # SDPA is on CUDA autocast's lower-precision list (run.py's shim)
-    try:
+    with sdpa_under_autocast():
         for layers in (1, 2):
             torch.manual_seed(0)
             model = build(layers)
@@ -107,9 +120,6 @@ def layer_ops(
                     loss = model(input_ids=ids, labels=ids).loss
                 loss.backward()
             counts.append(c.ops)
-    finally:
-        ac._LOW.clear()
-        ac._LOW.update(low)
     diff = collections.Counter(counts[1])
     diff.subtract(counts[0])
     return collections.Counter({k: v for k, v in diff.items() if v > 0 and k not in NO_KERNEL})
@@ -177,10 +187,7 @@ def layer_bytes(
             return out
 
     runs = []
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    low = set(ac._LOW)
-    ac._LOW.add(sdpa)  # SDPA is on CUDA autocast's lower-precision list (run.py's shim)
-    try:
+    with sdpa_under_autocast():
         for layers in (1, 2):
             torch.manual_seed(0)
             model = build(layers)
@@ -197,9 +204,6 @@ def layer_bytes(
                 m.backward = True
                 loss.backward()
             runs.append(m)
-    finally:
-        ac._LOW.clear()
-        ac._LOW.update(low)
     one, two = runs
     return (
         {k: two.step[k] - one.step[k] for k in two.step},

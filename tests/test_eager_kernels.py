@@ -92,15 +92,21 @@ def test_launches_are_a_part_of_the_step() -> None:
     assert 1 < eff_us < 10  # one launch overhead per counted op
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("transformers") is None, reason="needs the trace extra"
-)
-def test_the_counts_match_the_counting_script() -> None:
+def _script():  # type: ignore[no-untyped-def]
+    """``scripts/count_eager_kernels.py`` as a module."""
     sys.path.insert(0, str(REPO / "scripts"))
     try:
         import count_eager_kernels as script
     finally:
         sys.path.pop(0)
+    return script
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="needs the trace extra"
+)
+def test_the_counts_match_the_counting_script() -> None:
+    script = _script()
     import torch
     import transformers as tf
 
@@ -124,11 +130,7 @@ def test_the_counts_match_the_counting_script() -> None:
     importlib.util.find_spec("transformers") is None, reason="needs the trace extra"
 )
 def test_the_autocast_counts_match_the_counting_script() -> None:
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import count_eager_kernels as script
-    finally:
-        sys.path.pop(0)
+    script = _script()
     import transformers as tf
 
     llama, gpt2, bert = script.builders(tf, hidden=64, ffn=128, head_dim=16, kv_heads=2)
@@ -147,11 +149,7 @@ def test_the_byte_count_matches_swiglu_counted_by_hand() -> None:
     writes one for the product (6): 10; its backward runs two products (12) and SiLU's
     backward (6): 28 in all. Autocast's fp32 norms and casts move more on the hidden width
     than the module cast to 16 bits."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import count_eager_kernels as script
-    finally:
-        sys.path.pop(0)
+    script = _script()
     import transformers as tf
 
     w = script.WIDTHS
