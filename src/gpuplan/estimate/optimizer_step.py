@@ -28,12 +28,6 @@ keeps a vector's whole (16). Optimizers not listed (8-bit, Lion) run one fused k
 tensor or are not counted: their loop is priced by bytes alone."""
 
 
-def _tensor_s(
-    elements: float, kernels: int, bytes_per_param: float, bw: float, launch: float
-) -> float:
-    return max(elements * bytes_per_param / bw, kernels * launch)
-
-
 def forloop_step_s(
     shape: Shape,
     optimizer: str,
@@ -57,7 +51,8 @@ def forloop_step_s(
     vec, mat = FORLOOP_KERNELS[optimizer]
 
     def t(elements: float, kernels: int) -> float:
-        return _tensor_s(elements / tp, kernels, bytes_per_param, bw, launch)
+        """One tensor of ``elements`` (before the tp split): its bytes or its launches."""
+        return max(elements / tp * bytes_per_param / bw, kernels * launch)
 
     per_layer = 0.0
     if full:

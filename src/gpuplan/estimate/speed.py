@@ -243,7 +243,7 @@ def _adapter_impl(job: MemoryJob, st: Strategy, pb: PrecisionBytes, adapter_b: i
     return AdapterImpl(
         adapter_bytes=adapter_b,
         act_bytes=pb.act,
-        autocast=pb.autocast and fw.engine == "pytorch",
+        autocast=_torch_autocast(job),
         dropout=job.lora_dropout > 0,
         peft=peft,
         four_bit_base=peft and job.method == "qlora",
@@ -574,10 +574,16 @@ def estimate_time(
             launch=eff.kernel_overhead_s,
         )
         if loop is not None:
+            vec, mat = FORLOOP_KERNELS[job.optimizer]
+            per_tensor = (
+                f"{mat} kernels a tensor"
+                if vec == mat
+                else (f"kernels: {vec} a vector, {mat} a matrix")
+            )
+            ratio = f" ({loop / optimizer_s:.1f}x the streamed bytes alone)" if optimizer_s else ""
             assumptions.append(
-                f"optimizer step: a per-parameter loop, {FORLOOP_KERNELS[job.optimizer][1]} "
-                "kernels a tensor, each tensor the larger of its bytes and its launches "
-                f"({loop / optimizer_s:.1f}x the streamed bytes alone)"
+                f"optimizer step: a per-parameter loop, {per_tensor}, each tensor the larger of "
+                f"its bytes and its launches{ratio}"
             )
             optimizer_s = loop
     if st.offload != "none":
