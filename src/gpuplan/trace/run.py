@@ -430,6 +430,28 @@ def _loss(
     return model.base_model(**{key: inputs}).last_hidden_state.float().sum()
 
 
+def _name_modules_apart(tracker: Any) -> None:
+    """Give each module the tracked tree does not reach a name of its own.
+
+    ModTracker names such a module by its class and warns when a module enters under a name
+    already active. transformers 5.25 routes functions such as ``apply_rotary_pos_emb``
+    through the ``kernels`` package's function modules: a module-level ``Func`` instance
+    that calls a private per-model copy, another ``Func`` outside the model's children. Two
+    nested ``Func`` names are no hierarchy error, but the warning (an error under
+    ``-W error``) broke the trace. Only the names change; the snapshots are the root's.
+    """
+    mods = tracker._mod_tracker
+    by_class = mods._get_mod_name
+
+    def name_of(mod: Any) -> str:
+        if mod not in mods._known_modules:
+            mods._known_modules[mod] = f"{type(mod).__name__}@{id(mod):x}"
+        name: str = by_class(mod)
+        return name
+
+    mods._get_mod_name = name_of
+
+
 def _trace_once(
     config: dict[str, Any],
     spec: Any,
@@ -513,6 +535,7 @@ def _trace_once(
     tracker = MemTracker()
     root = _Step(model, family, stage)  # the tracked module: its snapshots span the whole step
     tracker.track_external(root, opt)
+    _name_modules_apart(tracker)
 
     class _NoHook:
         def remove(self) -> None:
