@@ -134,6 +134,11 @@ def test_loso_gates(cli, table: Path) -> None:  # type: ignore[no-untyped-def]
     narrow = cli("validate", "memory", "--table", str(table), "--max-width", "0")
     assert narrow.exit_code == 1 and "--max-width" in narrow.stderr
     assert cli("validate", "memory", "--table", str(table), "--max-width", "10").exit_code == 0
+    # two sources that disagree: each one's rows fall outside bounds fitted on the other
+    held = cli("validate", "memory", "--table", str(table), "--min-held-out-coverage", "0.99")
+    assert held.exit_code == 1 and "--min-held-out-coverage" in held.stderr
+    ok = cli("validate", "memory", "--table", str(table), "--min-held-out-coverage", "0")
+    assert ok.exit_code == 0
 
 
 def test_training_without_stored_folds_says_so(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -233,8 +238,36 @@ def test_class_bounds_pool_small_classes() -> None:
     assert table["classes"]["qlora"] == {"pooled": True, "rows": 3, "sources": 1}
     assert table["classes"]["lora"]["rows"] == 10
     lo, hi = holdout.band_of(table, "lora")
-    assert lo == 0.0 and hi == pytest.approx(0.09)  # contains the point estimate (0)
-    assert holdout.band_of(table, "qlora") == holdout.band_of(table, "no-such-class") != (lo, hi)
+    lora = table["classes"]["lora"]
+    assert lora["own_lo"] == 0.0 and lora["own_hi"] == pytest.approx(0.09)  # contains 0
+    assert lo == 0.0 and hi == table["pooled"]["hi"] == 0.5  # the pooled band is the floor
+    pooled = (table["pooled"]["lo"], table["pooled"]["hi"])
+    assert holdout.band_of(table, "qlora") == holdout.band_of(table, "no-such-class") == pooled
+
+
+def test_bounds_round_outward_so_edge_rows_stay_inside() -> None:
+    """The outward ranks put a row on each edge; rounding the stored edge to the nearest
+    4th decimal would move it inward past that row (-0.08034 -> -0.0803)."""
+    values = [-0.5, -0.08034] + [0.001 * i for i in range(7)] + [0.11716, 0.5]  # edges: ranks 1, 9
+    band = holdout._band(values)
+    assert band["lo"] <= -0.08034 and band["hi"] >= 0.11716
+    assert band["lo"] == pytest.approx(-0.0804) and band["hi"] == pytest.approx(0.1172)
+
+
+def test_a_class_band_is_never_narrower_than_the_pooled_one() -> None:
+    """A class's rows come from a few sources; the pooled band (all of them) is its floor on
+    each side, and the class keeps its own wider tail."""
+    narrow = [("lora", f"s{i % 2}", 0.001 * i) for i in range(10)]
+    wide = [("cnn", f"t{i % 3}", -0.3 + 0.06 * i) for i in range(11)]
+    table = holdout.class_bounds(narrow + wide)
+    pooled = table["pooled"]
+    lora = table["classes"]["lora"]
+    assert lora["own_lo"] == 0.0 and lora["own_hi"] == pytest.approx(0.009)
+    assert (lora["lo"], lora["hi"]) == (pooled["lo"], pooled["hi"])
+    cnn = table["classes"]["cnn"]
+    assert cnn["lo"] == min(cnn["own_lo"], pooled["lo"]) < 0
+    assert cnn["hi"] == max(cnn["own_hi"], pooled["hi"]) > 0
+    assert holdout.band_of(table, "lora") == (pooled["lo"], pooled["hi"])
 
 
 def test_class_bounds_pool_a_class_of_one_source() -> None:

@@ -108,6 +108,16 @@ MinCoverageOpt = Annotated[
         help="Exit 1 if fewer rows than this share fall inside their 80% bounds.",
     ),
 ]
+MinHeldOutCoverageOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--min-held-out-coverage",
+        min=0.0,
+        max=1.0,
+        help="Exit 1 if fewer rows than this share fall inside 80% bounds fitted without "
+        "their own source (the coverage a job from an unseen engine gets).",
+    ),
+]
 MaxWidthOpt = Annotated[
     float | None,
     typer.Option(
@@ -155,6 +165,7 @@ def _run(
     max_refused: int | None = None,
     time_under_gates: tuple[float | None, float | None] = (None, None),
     max_width: float | None = None,
+    min_held_out_coverage: float | None = None,
 ) -> None:
     """Run one validation table, print it (or JSON), and apply the CI gates."""
     from gpuplan import holdout
@@ -283,6 +294,14 @@ def _run(
     if max_width is not None and (cov is None or cov.median_half_width > max_width):
         got = "no bounds" if cov is None else f"+/-{cov.median_half_width:.1%}"
         failures.append(f"80% bounds median width {got}, above --max-width +/-{max_width:.0%}")
+    if min_held_out_coverage is not None and (
+        cov is None or cov.inside_held_out < min_held_out_coverage
+    ):
+        got = "no rows" if cov is None else f"{cov.inside_held_out:.0%}"
+        failures.append(
+            f"80% bounds fitted without each row's source cover {got} of rows, below "
+            f"--min-held-out-coverage {min_held_out_coverage:.0%}"
+        )
     if max_refused is not None and refused is not None and len(refused) > max_refused:
         failures.append(
             f"the memory model refuses {len(refused)} rows that ran as published, more than "
@@ -339,6 +358,7 @@ def memory(
     max_loso_over_50: MaxLosoOver50Opt = None,
     min_coverage: MinCoverageOpt = None,
     max_width: MaxWidthOpt = None,
+    min_held_out_coverage: MinHeldOutCoverageOpt = None,
 ) -> None:
     """Predicted vs measured per-GPU peak memory (GiB): in-sample and leave-one-source-out
     error, the fitted constants, and how often the 80% bounds hold."""
@@ -357,6 +377,7 @@ def memory(
         (max_loso_median, max_loso_under, max_loso_over_50, min_coverage),
         wide=wide,
         max_width=max_width,
+        min_held_out_coverage=min_held_out_coverage,
     )
 
 
@@ -376,6 +397,7 @@ def training(
     max_time_under: MaxTimeUnderOpt = None,
     max_loso_time_under: MaxLosoTimeUnderOpt = None,
     max_width: MaxWidthOpt = None,
+    min_held_out_coverage: MinHeldOutCoverageOpt = None,
 ) -> None:
     """Predicted vs measured throughput / time-to-train: in-sample and leave-one-source-out
     error, the fitted constants, how often the 80% bounds hold, and the rows that ran but
@@ -397,6 +419,7 @@ def training(
         max_refused=max_refused,
         time_under_gates=(max_time_under, max_loso_time_under),
         max_width=max_width,
+        min_held_out_coverage=min_held_out_coverage,
     )
 
 

@@ -6,7 +6,10 @@ same job class: its 10th and 90th percentiles scale the point estimate. The numb
 live in ``bounds.yaml`` beside this module, written by ``scripts/fit_bounds.py``
 (re-run it after changing a model or a table; ``--check`` in CI fails when it is out of
 date); a class with too few rows, or rows from a single source, uses the pooled residuals
-of its table, as the file states. Every interval contains its point estimate.
+of its table, as the file states, and a class's own band is widened on each side to at
+least the pooled one (a class's rows come from a few sources; the pooled band is what
+every source together says of an unseen engine: ``gpuplan.holdout.class_bounds``). Every
+interval contains its point estimate.
 
 The memory verdict compares against capacity: ``fits`` when the upper bound of the
 device-used memory fits, ``tight`` when the point estimate fits and the upper bound does
@@ -79,6 +82,9 @@ class ClassBounds:
     pooled: bool
     """True when the class had too few rows (or sources) and the table's pooled residuals are
     used."""
+    widened: bool = False
+    """True when the class's own band was narrower than the pooled one on a side, and the
+    pooled edge is used there."""
 
     def around(self, value: float) -> list[float]:
         """``[lo, hi]`` of a quantity that scales with the estimate (bytes, seconds)."""
@@ -94,6 +100,7 @@ class ClassBounds:
             f"pooled over all {self.rows} rows ({self.job_class} has too few rows or sources)"
             if self.pooled
             else f"of {self.rows} {self.job_class} rows"
+            + (", widened to the pooled band of all rows where narrower" if self.widened else "")
         )
         return (
             f"80% {self.kind} bounds x{math.exp(self.lo):.2f}..x{math.exp(self.hi):.2f}: "
@@ -115,13 +122,16 @@ def bounds_for(kind: Kind, cls: str) -> ClassBounds:
     entry = table["classes"].get(cls) or {"rows": 0, "pooled": True}
     pooled = bool(entry.get("pooled", False))
     src = table["pooled"] if pooled else entry
+    lo, hi = float(src["lo"]), float(src["hi"])
     return ClassBounds(
         kind=kind,
         job_class=cls,
-        lo=float(src["lo"]),
-        hi=float(src["hi"]),
+        lo=lo,
+        hi=hi,
         rows=int(src["rows"]),
         pooled=pooled,
+        widened=not pooled
+        and (lo != float(src.get("own_lo", lo)) or hi != float(src.get("own_hi", hi))),
     )
 
 
