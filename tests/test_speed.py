@@ -838,6 +838,22 @@ def test_a_gpu_without_pcie_p2p_talks_through_host_memory(cat) -> None:  # type:
     assert slow.bandwidth < fast.bandwidth
 
 
+def test_nvlink_without_a_switch_is_bridged_pairs_only_for_pcie_cards(cat) -> None:  # type: ignore[no-untyped-def]
+    """PCIe cards are joined two at a time by NVLink bridges, so a ring over four crosses PCIe;
+    SXM GPUs on a 4-GPU HGX board are all joined by NVLink, at the NVLink bandwidth."""
+    eff = efficiencies()
+    sxm, card = cat.gpu("H100-SXM"), cat.gpu("A100-80GB-PCIE")
+    assert sxm.form_factor == "sxm" and card.form_factor == "pcie"
+    mesh = comm.intra_link(sxm, default_topology(sxm, 4, intra_node="nvlink"), eff)
+    switch = comm.intra_link(sxm, default_topology(sxm, 8, intra_node="nvswitch"), eff)
+    assert mesh.name == "nvlink" and mesh.bandwidth == pytest.approx(switch.bandwidth)
+    assert mesh.bandwidth == pytest.approx(sxm.nvlink_bandwidth_gb_per_s / 2 * 1e9 * 0.80)
+    pairs = comm.intra_link(card, default_topology(card, 4, intra_node="nvlink"), eff)
+    two = comm.intra_link(card, default_topology(card, 2, intra_node="nvlink"), eff)
+    assert pairs.name == "nvlink pairs + pcie" and two.name == "nvlink"
+    assert pairs.bandwidth < two.bandwidth / 5
+
+
 def test_pcie_p2p_false_needs_its_source() -> None:
     from gpuplan.catalog.schema import GpuSpec
 

@@ -47,14 +47,22 @@ class Link:
 
 
 def intra_link(gpu: GpuSpec, topo: Topology, eff: Efficiencies) -> Link:
-    """The link GPUs of one node talk over."""
+    """The link GPUs of one node talk over.
+
+    ``nvlink`` without a switch means two things. PCIe cards are joined by NVLink bridges,
+    two at a time, so a ring over more than two crosses PCIe. SXM GPUs take their NVLinks
+    through the baseboard: an HGX A100 or H100 4-GPU board joins every pair directly
+    (NVIDIA, "Introducing NVIDIA HGX A100", HGX A100 4-GPU "connected with NVLink"), and the
+    V100 SXM2 8-GPU board's hybrid cube-mesh carries NCCL's rings on NVLink alone; their
+    collectives run at the NVLink bandwidth.
+    """
     pcie_gen = gpu.pcie_generation or 5
     pcie = eff.pcie_gb_per_s.get(pcie_gen, 31.5) * 1e9
     kind = topo.intra_node
     if kind in ("nvswitch", "nvlink", "infinity-fabric") and gpu.nvlink_bandwidth_gb_per_s:
         le = eff.links[kind]
         bw = gpu.nvlink_bandwidth_gb_per_s / 2 * 1e9 * le.efficiency
-        if kind == "nvlink" and topo.gpus_per_node > 2:
+        if kind == "nvlink" and topo.gpus_per_node > 2 and gpu.form_factor == "pcie":
             # bridges join pairs; a ring over more GPUs also crosses PCIe
             p = eff.links["pcie"]
             return Link(
