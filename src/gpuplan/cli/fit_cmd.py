@@ -187,7 +187,8 @@ IntraOpt = Annotated[
     str | None,
     typer.Option(
         "--intra-node",
-        help="Intra-node link: nvswitch, nvlink, pcie (default: the GPU's usual board).",
+        help="Intra-node link: nvswitch, nvlink (no switch: every GPU of an SXM board, bridged "
+        "pairs of PCIe cards), pcie (default: the GPU's usual board).",
     ),
 ]
 InterOpt = Annotated[
