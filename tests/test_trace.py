@@ -184,3 +184,40 @@ def test_cli_fit_trace_json(cli) -> None:  # type: ignore[no-untyped-def]
     memory = json.loads(result.stdout)["memory"]
     assert memory["basis"] == "traced"
     assert sum(memory["breakdown"].values()) == pytest.approx(memory["device_used_bytes"], rel=1e-6)
+
+
+def test_modules_outside_the_traced_tree_keep_the_tracker_quiet() -> None:
+    """transformers 5.25 calls a module-level function module that calls a per-model copy of
+    the same class, neither a child of the model: ModTracker named both by class and warned
+    (an error under -W error) when the inner one entered under the outer one's name."""
+    import torch
+    from torch import nn
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from gpuplan.trace.run import _name_modules_apart
+
+    class Func(nn.Module):
+        def __init__(self, inner: nn.Module | None = None) -> None:
+            super().__init__()
+            self.__dict__["inner"] = inner  # not a registered child, as in `kernels`
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x) if self.inner is not None else x * 2
+
+    outer = Func(Func())
+
+    class Root(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return outer(self.lin(x)).sum()
+
+    root = Root()
+    tracker = MemTracker()
+    tracker.track_external(root)
+    _name_modules_apart(tracker)
+    with tracker:
+        root(torch.ones(2, 4)).backward()
+    assert tracker.memory_tracking[root].snapshots  # traced without a warning
