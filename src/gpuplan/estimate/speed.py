@@ -578,7 +578,7 @@ def estimate_time(
             per_tensor = (
                 f"{mat} kernels a tensor"
                 if vec == mat
-                else (f"kernels: {vec} a vector, {mat} a matrix")
+                else f"kernels: {vec} a vector, {mat} a matrix"
             )
             ratio = f" ({loop / optimizer_s:.1f}x the streamed bytes alone)" if optimizer_s else ""
             assumptions.append(

@@ -446,8 +446,7 @@ def _name_modules_apart(tracker: Any) -> None:
     def name_of(mod: Any) -> str:
         if mod not in mods._known_modules:
             mods._known_modules[mod] = f"{type(mod).__name__}@{id(mod):x}"
-        name: str = by_class(mod)
-        return name
+        return str(by_class(mod))
 
     mods._get_mod_name = name_of
 
