@@ -391,6 +391,22 @@ def test_megatron_interleaved_pipeline_flag(full: Plan, spec: JobSpec) -> None:
     assert flag(args, "--num-virtual-stages-per-pipeline-rank") == "4"
 
 
+def test_megatron_counts_the_embedding_and_loss_as_layers_where_the_estimate_did(
+    full: Plan, spec: JobSpec
+) -> None:
+    """126 layers split over 16 x 8 chunks only with the embedding and the loss as a layer
+    each: the export asks Megatron for that split, which the memory estimate sized; 32 layers
+    over 2 x 4 chunks split evenly and get no such flag."""
+    flags = ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    o = with_strategy(with_model_parallel(full, tp=1, pp=2), vp=4)
+    even = torchrun_args(export(o, spec, "torchrun"))
+    assert not set(flags) & set(even)
+    big = spec.model_copy(update={"model": "llama-3.1-405b"})
+    o405 = with_strategy(o, pp=16, vp=8, dp=1)
+    args = torchrun_args(export(o405, big, "torchrun"))
+    assert all(f in args for f in flags)
+
+
 @pytest.mark.parametrize(
     ("field", "option"),
     [("cp", "--context-parallel-size"), ("ep", "--expert-model-parallel-size")],

@@ -82,7 +82,9 @@ def test_pipeline_splits_as_megatron_allows() -> None:
     ]
     assert not pipeline_splits(4, 8)  # more stages than layers
     assert vp_degrees(80, 8) == [1, 2, 5, 10]
-    assert vp_degrees(126, 8) == [1]  # uneven stages: no interleaving
+    # 126 layers + the embedding and the loss as one each: 128 slots, 16 a stage
+    assert vp_degrees(126, 8) == [1, 2, 4, 8, 16]
+    assert vp_degrees(125, 8) == [1]  # no split Megatron allows
     assert vp_degrees(80, 1) == [1]
 
 

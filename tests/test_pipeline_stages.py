@@ -14,7 +14,14 @@ from gpuplan.catalog.schema import GpuSpec
 from gpuplan.cli.app import app
 from gpuplan.estimate.fit import explicit_strategy, fit, memory_job, model_shape
 from gpuplan.estimate.memory import estimate_memory, stage_params
-from gpuplan.estimate.pipeline import chunks_in_flight, in_flight
+from gpuplan.estimate.pipeline import (
+    _schedule_peak,
+    chunk_layers,
+    chunks_in_flight,
+    held_layers,
+    in_flight,
+    stage_layers,
+)
 from gpuplan.estimate.strategy import Strategy
 from gpuplan.spec import parse_spec
 
@@ -133,3 +140,70 @@ def test_fit_table_names_each_stages_peak(tmp_path: pathlib.Path) -> None:
     text = " ".join(out.output.split())
     assert "pipeline stages (device used): first" in text
     assert "the table is the last" in text
+
+
+@pytest.mark.parametrize("pp", [2, 4, 8, 16])
+@pytest.mark.parametrize("vp", [2, 3, 8])
+@pytest.mark.parametrize("groups", [1, 2, 3])
+def test_the_schedule_walk_holds_what_the_warmup_formula_says_for_even_chunks(
+    pp: int, vp: int, groups: int
+) -> None:
+    """With one layer a chunk, walking Megatron's schedule table finds the warm-up-plus-one
+    peak of ``get_pp_rank_microbatches`` on the first and the last rank."""
+    st = Strategy(pp=pp, vp=vp, grad_accum=groups * pp)
+    assert _schedule_peak((1.0,) * vp, pp, 0, st.grad_accum) == chunks_in_flight(st, "first")
+    assert _schedule_peak((1.0,) * vp, pp, pp - 1, st.grad_accum) == chunks_in_flight(st, "last")
+
+
+def test_the_embedding_and_loss_count_as_layers_where_the_layers_need_it() -> None:
+    """Llama 3 405B (126 layers) on 16 stages of 8 chunks, as Meta's paper describes it: the
+    first chunk of the first stage holds only the embedding, the last chunk of the last stage
+    only the loss. At the first backward, rank 0 has run 2 x 15 + 7 x 16 + 1 = 143 chunk
+    forwards: all 16 micro-batches through chunks 1-7 (7 x 16 = 112 layer-micro-batches) and
+    31 through the empty chunk 0, not 143 one-layer chunks."""
+    st = Strategy(tp=8, pp=16, vp=8, dp=64, grad_accum=32)
+    assert chunk_layers(126, st, "first") == (0.0,) + (1.0,) * 7
+    assert chunk_layers(126, st, "last") == (1.0,) * 7 + (0.0,)
+    assert stage_layers(126, st, "first") == stage_layers(126, st, "last") == 7
+    assert chunks_in_flight(st, "first") == 143
+    assert held_layers(126, st, "first") == 112
+    # plain 1F1B on the same stages holds 16 micro-batches of the first stage's 7 layers
+    plain = dataclasses.replace(st, vp=1)
+    assert held_layers(126, plain, "first") == 16 * 7
+    # an even split is what it was: layers x micro-batches in flight
+    even = Strategy(pp=4, vp=5, grad_accum=8)
+    assert held_layers(80, even, "first") == 20 * in_flight(even, "first")
+    llama = model_shape("llama-3.1-405b")
+    assert stage_params(llama, st, "first").layers == 7
+
+
+def test_the_split_with_the_embedding_as_a_layer_is_sized_and_said(h100: GpuSpec) -> None:
+    """Megatron-Bridge's llama31_405b layout (TP 8, PP 8, VP 8: 128 slots over 64 chunks of 2
+    layers) keeps the first stage's activations to 127 layer-micro-batches, not the 142 of
+    even two-layer chunks, and the estimate says how it split the layers."""
+    spec = parse_spec(
+        {
+            "model": "llama-3.1-405b",
+            "precision": "bf16-mixed",
+            "seq_len": 8192,
+            "global_batch_size": 512,
+            "micro_batch_size": 1,
+            "framework": "megatron",
+            "parallelism": {"sharding": "zero1", "tp": 8, "pp": 8, "vp": 8, "cp": 2},
+        }
+    )
+    shape = model_shape(spec.model)
+    st = explicit_strategy(spec, 1024, shape)
+    assert held_layers(126, st, "first") == 127
+    m = estimate_memory(shape, memory_job(spec, shape), st, h100)
+    stages = {p.stage: p for p in m.pipeline_stages}
+    assert set(stages) == {"first", "last"}
+    assert any(
+        "the first stage holds 15 layers, 127 layer-micro-batches at its peak" in a
+        for a in m.assumptions
+    )
+    # the same job on a model whose 128 layers split evenly holds more on its first stage
+    even = dataclasses.replace(shape, layers=128)
+    m128 = estimate_memory(even, memory_job(spec, even), st, h100)
+    first128 = {p.stage: p for p in m128.pipeline_stages}["first"]
+    assert stages["first"].peak_allocated_bytes < first128.peak_allocated_bytes

@@ -236,7 +236,11 @@ class ParallelismSpec(_Spec):
         default=1,
         ge=1,
         le=128,
-        description="Virtual pipeline stages per GPU (interleaved 1F1B); divides the bubble by vp.",
+        description="Virtual pipeline stages per GPU (interleaved 1F1B); divides the bubble by vp. "
+        "Where the layers split over the pp x vp chunks only with the embedding and the loss "
+        "counted as a layer each (Llama-3.1-405B's 126 layers on 64 or 128 chunks), the chunks "
+        "beside them hold one layer fewer, as Megatron's "
+        "--account-for-embedding/loss-in-pipeline-split place them.",
     )
     cp: int = Field(
         default=1,

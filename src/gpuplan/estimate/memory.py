@@ -323,9 +323,10 @@ def stage_params(shape: Shape, st: Strategy, stage: PipelineStage = "first") -> 
     The first stage has the embeddings, the last the final norm and the LM head; with tied
     embeddings the last keeps its own copy of the word embeddings as the output weight
     (Megatron's ``share_embeddings_and_output_weights``: the copy's gradient is all-reduced
-    with the first stage's). Both hold ``ceil(layers / pp)`` layers.
+    with the first stage's). Each holds its chunks' layers (:func:`pipeline.stage_layers`:
+    ``ceil(layers / pp)``, one fewer where Megatron counts the embedding or the loss as one).
     """
-    layers = math.ceil(shape.layers / st.pp)
+    layers = pipeline.stage_layers(shape.layers, st, stage)
     head = 0 if shape.tied_embeddings else shape.params_head
     if st.pp == 1:
         other = shape.params_embedding + head + shape.params_final_norm
@@ -688,6 +689,10 @@ class _ActivationProfile:
     tokens: int
     per_micro_batch: float
     """The stage's layers (their checkpoints, under activation checkpointing)."""
+    layers: int
+    """The layers ``per_micro_batch`` covers: the worst stage's ``ceil(layers / pp)`` (with
+    CPU offloading, those kept on the GPU, plus the one being reloaded)."""
+    offloaded: bool
     rebuilt: float
     """The one layer a checkpointed backward rebuilds (exists once, whatever is in flight)."""
     previous_step: float
@@ -789,6 +794,8 @@ def _activation_profile(
     return _ActivationProfile(
         tokens=tokens,
         per_micro_batch=act_tok,
+        layers=layers,
+        offloaded=off > 0,
         rebuilt=recomputed_tok,
         previous_step=previous,
         embedding=rank(i for i in heads if i.first_stage),
@@ -818,7 +825,13 @@ def _transformer_activations(
     )
     prof = _activation_profile(shape, job, tr, act_bytes, autocast, layout)
     in_flight = pipeline.in_flight(st, stage)
-    saved = prof.per_micro_batch * in_flight + prof.rebuilt + prof.previous_step
+    if prof.offloaded or st.pp == 1:
+        kept = prof.per_micro_batch * in_flight
+    else:
+        # what the stage's chunks hold at once, layer by layer (one fewer layer in the chunk
+        # beside the embedding or the loss, where Megatron counts them as layers)
+        kept = prof.per_micro_batch / prof.layers * pipeline.held_layers(shape.layers, st, stage)
+    saved = kept + prof.rebuilt + prof.previous_step
     # the embedding's items are the first stage's, once per micro-batch in flight there; the
     # final norm, LM head and loss are the last stage's, for the one micro-batch whose loss
     # is computed before its backward
@@ -1120,7 +1133,7 @@ def _estimate(
         f"({worst.used / 2**30:.1f} GiB device used) than the "
         f"{other.stage} ({other.used / 2**30:.1f} GiB): the first holds "
         "the embedding and the most micro-batches in flight, the last the LM head and the loss; "
-        + pipeline.describe(st)
+        + pipeline.describe(st, shape.layers)
     )
     return dataclasses.replace(est, pipeline_stages=peaks, assumptions=(*est.assumptions, note))
 

@@ -152,7 +152,8 @@ def pipeline_splits(layers: int, pp: int) -> bool:
     one layer each on the first and last stage (``--account-for-embedding-in-pipeline-split``
     and ``--account-for-loss-in-pipeline-split``, megatron/training/arguments.py), so
     ``(layers + 2) % pp == 0``: Llama-3.1-405B's 126 layers on 8 or 16 stages. The
-    estimators charge the worst stage ``ceil(layers / pp)`` layers.
+    estimators time the worst stage, a middle one of ``ceil(layers / pp)`` layers, and size
+    the first and the last with one layer fewer (:func:`gpuplan.estimate.pipeline.chunk_layers`).
 
     >>> [pp for pp in (1, 2, 4, 8, 16) if pipeline_splits(126, pp)]
     [1, 2, 4, 8, 16]
@@ -167,16 +168,23 @@ def vp_degrees(layers: int, pp: int) -> list[int]:
 
     Interleaving needs pipeline stages and an even split: each of the ``pp x vp``
     model chunks holds ``layers / (pp x vp)`` whole layers (Megatron-LM asserts
-    ``num_layers_per_pipeline_stage % num_layers_per_virtual_pipeline_stage == 0``).
+    ``num_layers_per_pipeline_stage % num_layers_per_virtual_pipeline_stage == 0``), or
+    ``(layers + 2) / (pp x vp)`` with the embedding and the loss counted as a layer each
+    (:func:`pipeline_splits`; the chunks beside them hold one fewer, as Llama 3 405B's
+    first chunk held only the embedding).
 
     >>> vp_degrees(80, 8)
     [1, 2, 5, 10]
     >>> vp_degrees(126, 8)
-    [1]
+    [1, 2, 4, 8, 16]
     """
-    if pp == 1 or layers % pp:
+    if pp == 1:
         return [1]
-    return divisors(layers // pp)
+    if layers % pp == 0:
+        return divisors(layers // pp)
+    if pp > 2 and (layers + 2) % pp == 0:
+        return divisors((layers + 2) // pp)
+    return [1]
 
 
 def pipeline_micro_batches_ok(grad_accum: int, pp: int, vp: int, *, batch_given: bool) -> bool:

@@ -15,7 +15,9 @@ the strategy the planner chose; nothing is re-estimated.
 * Tensor or pipeline parallelism gives Megatron-LM flags
   (``megatron/training/arguments.py``; ``--sequence-parallel`` where the estimate split the
   norm and dropout activations over the tensor-parallel ranks, which Megatron-LM leaves off
-  by default); with ZeRO, DeepSpeed's own
+  by default; ``--account-for-embedding-in-pipeline-split`` and
+  ``--account-for-loss-in-pipeline-split`` where the layers split over the pipeline chunks
+  only with the embedding and the loss counted as one layer each); with ZeRO, DeepSpeed's own
   ``--deepspeed --deepspeed_config`` (``deepspeed.add_config_arguments``), as
   Megatron-DeepSpeed reads them.
 * Otherwise the flags are the transformers Trainer's
@@ -27,7 +29,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from gpuplan.estimate.fit import model_shape
 from gpuplan.estimate.frameworks import deepspeed_overlap_comm
+from gpuplan.estimate.pipeline import counts_embedding_and_loss
 from gpuplan.estimate.speed import tp_overlap_mode
 from gpuplan.estimate.strategy import Strategy
 from gpuplan.planner.model import Option
@@ -76,7 +80,7 @@ def launch_plan(option: Option, spec: JobSpec) -> LaunchPlan:
     if st.sharding == "fsdp":
         accelerate_args = _hf_args(st, prec, deepspeed=None, fsdp=None)
     if st.tp > 1 or st.pp > 1:
-        args = _megatron_args(st, prec)
+        args = _megatron_args(st, prec, model_shape(spec.model).layers)
         if st.sharding.startswith("zero"):
             notes.append(
                 "tensor/pipeline parallel flags follow Megatron-LM; --deepspeed/--deepspeed_config "
@@ -206,7 +210,7 @@ def _hf_args(
     return tuple(args)
 
 
-def _megatron_args(st: Strategy, prec: str) -> tuple[str, ...]:
+def _megatron_args(st: Strategy, prec: str, layers: int) -> tuple[str, ...]:
     global_batch = st.micro_batch_size * st.grad_accum * st.dp
     args = [
         "--tensor-model-parallel-size",
@@ -218,6 +222,11 @@ def _megatron_args(st: Strategy, prec: str) -> tuple[str, ...]:
         args.append("--sequence-parallel")
     if st.pp > 1 and st.vp > 1:  # interleaved 1F1B: the bubble the estimate assumed
         args += ["--num-virtual-stages-per-pipeline-rank", str(st.vp)]
+    if counts_embedding_and_loss(layers, st.pp, st.vp):  # the split the estimate sized
+        args += [
+            "--account-for-embedding-in-pipeline-split",
+            "--account-for-loss-in-pipeline-split",
+        ]
     if st.cp > 1:
         args += ["--context-parallel-size", str(st.cp)]
     if st.ep > 1:  # each rank's experts and the all-to-alls the estimate priced

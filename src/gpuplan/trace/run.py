@@ -270,7 +270,7 @@ class RankSlice:
             the same head size; the embedding and LM head are vocab-parallel
             (``vocab / tp``).
         stage_layers: transformer layers of the traced pipeline stage
-            (``ceil(layers / pp)``).
+            (:func:`gpuplan.estimate.pipeline.stage_layers`).
         stage: the pipeline stage traced, as the analytic model sizes them
             (:mod:`gpuplan.estimate.pipeline`): ``first`` holds the embedding and no final
             norm or head, and sends its last layer's output on; ``last`` receives its input
@@ -278,7 +278,8 @@ class RankSlice:
             embeddings, Megatron's ``share_embeddings_and_output_weights``) and the loss.
             None: not pipelined, the whole model.
         in_flight: micro-batches whose activations the stage holds at its peak
-            (:func:`gpuplan.estimate.pipeline.in_flight`; fractional when interleaved).
+            (:func:`gpuplan.estimate.pipeline.in_flight`; fractional when interleaved; the
+            layer-micro-batches held over the stage's layers when its chunks are uneven).
             One of them reaches the head on the last stage.
     """
 
@@ -821,9 +822,12 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             analytic,
             RankSlice(
                 tp=st.tp,
-                stage_layers=stage_layers,
+                stage_layers=pipeline.stage_layers(shape.layers, st, stage),
                 stage=stage,
-                in_flight=pipeline.in_flight(st, stage),
+                # layer-micro-batches held over the stage's layers: its micro-batches in
+                # flight, fewer where a chunk beside the embedding or loss has a layer fewer
+                in_flight=pipeline.held_layers(shape.layers, st, stage)
+                / pipeline.stage_layers(shape.layers, st, stage),
             ),
         )
         for stage in PIPELINE_STAGES
@@ -856,7 +860,7 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             f"traced pipeline: the {worst.memory.pipeline_stage} stage peaks higher "
             f"({worst.memory.device_used_bytes / 2**30:.1f} GiB device used) than the "
             f"{other.memory.pipeline_stage} ({other.memory.device_used_bytes / 2**30:.1f} GiB); "
-            + pipeline.describe(st),
+            + pipeline.describe(st, shape.layers),
         ),
     )
     return dataclasses.replace(worst, memory=memory)
