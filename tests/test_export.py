@@ -391,6 +391,19 @@ def test_megatron_interleaved_pipeline_flag(full: Plan, spec: JobSpec) -> None:
     assert flag(args, "--num-virtual-stages-per-pipeline-rank") == "4"
 
 
+def test_megatron_overlaps_the_gradient_reduction_as_the_estimate_did(
+    full: Plan, spec: JobSpec
+) -> None:
+    """Megatron-LM reduces gradients after backward unless --overlap-grad-reduce is given; the
+    estimate hides most of it behind backward, so the export asks for it, and leaves it out
+    where the spec said the reduction runs after backward."""
+    o = with_strategy(with_model_parallel(full, tp=2, pp=1), sharding="none", dp=4)
+    assert "--overlap-grad-reduce" in torchrun_args(export(o, spec, "torchrun"))
+    par = ParallelismSpec(sharding="none", tp=2, pp=1, overlap_grad_reduce=False)
+    after = spec.model_copy(update={"parallelism": par})
+    assert "--overlap-grad-reduce" not in torchrun_args(export(o, after, "torchrun"))
+
+
 def test_megatron_counts_the_embedding_and_loss_as_layers_where_the_estimate_did(
     full: Plan, spec: JobSpec
 ) -> None:

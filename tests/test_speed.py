@@ -697,6 +697,48 @@ def test_deepspeed_hides_the_gradient_reduction_only_with_overlap_comm() -> None
     ] == pytest.approx(_ds_dp("zero1", version="0.5.7").parts["dp comm exposed"])
 
 
+def _bert_dp(**parallelism: object):  # type: ignore[no-untyped-def]
+    """BERT-large fp16 on 8 H100 PCIe cards, data parallel (NVIDIA's MLPerf BERT layout)."""
+    spec = {
+        "model": "bert-large",
+        "seq_len": 256,
+        "precision": "fp16-mixed",
+        "micro_batch_size": 96,
+        "global_batch_size": 768,
+        "parallelism": {"sharding": "none", "tp": 1, "pp": 1, **parallelism},
+    }
+    gpu = load_catalog(use_user=False).gpu("H100-PCIE")
+    topo = default_topology(gpu, 8)
+    return configure(parse_spec(spec), gpu, 8, topo, require_fit=False).time
+
+
+def test_a_reduction_after_backward_is_exposed_whole() -> None:
+    """parallelism.overlap_grad_reduce false (Apex DistributedFusedLAMB without
+    overlap_reductions, as NVIDIA's MLPerf BERT logs print it; Megatron-LM's default): the
+    whole reduction waits after backward. Unset, most of it hides behind backward."""
+    hidden, after = _bert_dp(), _bert_dp(overlap_grad_reduce=False)
+    assert after.comm_total_s == pytest.approx(hidden.comm_total_s)
+    assert after.parts["dp comm exposed"] == pytest.approx(after.comm_total_s, rel=1e-9)
+    assert hidden.parts["dp comm exposed"] < 0.5 * hidden.comm_total_s
+    assert after.step_time_s > hidden.step_time_s
+    assert any("reduction after backward, exposed" in a for a in after.assumptions)
+    assert not any("reduction after backward" in a for a in hidden.assumptions)
+    # stated true is the default
+    assert _bert_dp(overlap_grad_reduce=True).step_time_s == pytest.approx(hidden.step_time_s)
+
+
+def test_overlap_grad_reduce_is_not_deepspeeds_knob() -> None:
+    with pytest.raises(GpuPlanError, match="deepspeed.overlap_comm"):
+        parse_spec(
+            {
+                "model": "gpt2",
+                "seq_len": 512,
+                "framework": "deepspeed",
+                "parallelism": {"sharding": "zero1", "overlap_grad_reduce": False},
+            }
+        )
+
+
 def test_deepspeed_settings_are_checked() -> None:
     base = {"model": "gpt2", "seq_len": 512}
     with pytest.raises(GpuPlanError, match="deepspeed: its settings apply to framework deepspeed"):

@@ -275,6 +275,17 @@ class ParallelismSpec(_Spec):
         "assumes true. Under torchtitan (DTensor) the column-parallel linears save their "
         "all-gathered input even with it on; only the norms' tensors are split.",
     )
+    overlap_grad_reduce: bool | None = Field(
+        default=None,
+        description="Whether the data-parallel gradient reduction (and a sharded optimizer's "
+        "parameter all-gather) runs beside backward. Unset: it does, up to the efficiency "
+        "file's data_parallel (fsdp) fraction, as PyTorch DDP's gradient buckets, FSDP and "
+        "Megatron's --overlap-grad-reduce run it. false: it all runs after backward, exposed: "
+        "Megatron-LM without --overlap-grad-reduce (its default), Apex's DistributedFusedLAMB "
+        "without overlap_reductions (NVIDIA's MLPerf BERT, whose logs print "
+        "dwu_overlap_reductions=False), --allreduce_post_accumulation, DDP with one bucket for "
+        "the whole model. Under framework deepspeed, deepspeed.overlap_comm decides instead.",
+    )
     tp_comm_overlap: TpCommOverlap = Field(
         default="auto",
         description="With tp > 1, which tensor-parallel collectives run while a GEMM computes. "
@@ -637,6 +648,15 @@ class JobSpec(_Spec):
                     "megatron.param_remainders: needs bf16 parameters (precision bf16-mixed "
                     f"or fp8-mixed), not {self.precision}"
                 )
+        if (
+            isinstance(self.parallelism, ParallelismSpec)
+            and self.parallelism.overlap_grad_reduce is not None
+            and self.framework == "deepspeed"
+        ):
+            raise ValueError(
+                "parallelism.overlap_grad_reduce: under framework deepspeed the reduction "
+                "follows deepspeed.overlap_comm; set that instead"
+            )
         if (self.mean_seq_len is not None or self.packing) and self.seq_len is None:
             raise ValueError(
                 "mean_seq_len and packing describe text data: give seq_len (the longest sample, "

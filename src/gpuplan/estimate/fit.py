@@ -192,6 +192,9 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         tp_comm_overlap=spec.parallelism.tp_comm_overlap
         if isinstance(spec.parallelism, ParallelismSpec)
         else "auto",
+        overlap_grad_reduce=spec.parallelism.overlap_grad_reduce
+        if isinstance(spec.parallelism, ParallelismSpec)
+        else None,
         deepspeed=_deepspeed_options(spec),
         zero3_parameter_gathers=spec.deepspeed is not None
         and spec.deepspeed.version is not None

@@ -132,6 +132,10 @@ class MemoryJob:
     tp_comm_overlap: str = "auto"
     """Which tensor-parallel collectives overlap a GEMM (spec ``parallelism.tp_comm_overlap``:
     auto, none, backward, pipelined); decides time, not memory."""
+    overlap_grad_reduce: bool | None = None
+    """Whether the data-parallel reduction runs beside backward (spec
+    ``parallelism.overlap_grad_reduce``; None: as the efficiency file's overlap); decides
+    time, not memory."""
     zero3_parameter_gathers: bool = False
     """DeepSpeed before 0.6.0 (spec ``deepspeed.version``): ZeRO-3 gathers each parameter on
     its own, a device synchronize before each (time), and has no gradient partition buffer

@@ -679,7 +679,8 @@ def estimate_time(
                         "all-reduce", grad_bytes / shard, replicas // shard, 1, intra, inter
                     )
                 dp_total = gathers + reduces
-                if ds_sync:
+                if ds_sync or job.overlap_grad_reduce is False:
+                    # the gathers still prefetch beside compute; the reductions wait
                     dp_exposed = _exposed(gathers, compute, ov["fsdp"]) + reduces
                 else:
                     dp_exposed = _exposed(dp_total, compute, ov["fsdp"])
@@ -708,7 +709,9 @@ def estimate_time(
             )
             dp_total = reduce + gather
             backward_last = micro * 2 / 3
-            if red is None:
+            if red is None and job.overlap_grad_reduce is False:
+                dp_exposed = dp_total
+            elif red is None:
                 dp_exposed = _exposed(dp_total, backward_last, ov["data_parallel"])
             else:
                 # DeepSpeed's stages 1 and 2 all-gather the updated parameters inside the
@@ -839,7 +842,13 @@ def estimate_time(
     }
     assumptions += [
         f"intra-node link {intra.name}: {intra.bandwidth / 1e9:.0f} GB/s per GPU per direction achieved",
-        f"overlap: data-parallel {ov['data_parallel']:.0%} of backward, FSDP prefetch {ov['fsdp']:.0%}"
+        (
+            "overlap: data-parallel reduction after backward, exposed "
+            "(parallelism.overlap_grad_reduce: false)"
+            if job.overlap_grad_reduce is False and replicas > 1
+            else f"overlap: data-parallel {ov['data_parallel']:.0%} of backward"
+        )
+        + f", FSDP prefetch {ov['fsdp']:.0%}"
         + (", " + TP_OVERLAP_NOTES[tp_mode].format(ov["tensor_parallel"]) if st.tp > 1 else ""),
         f"step overhead {eff.step_overhead:.0%} for data loading, Python and synchronisation"
         + overhead_note,

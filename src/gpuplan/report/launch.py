@@ -17,7 +17,9 @@ the strategy the planner chose; nothing is re-estimated.
   norm and dropout activations over the tensor-parallel ranks, which Megatron-LM leaves off
   by default; ``--account-for-embedding-in-pipeline-split`` and
   ``--account-for-loss-in-pipeline-split`` where the layers split over the pipeline chunks
-  only with the embedding and the loss counted as one layer each); with ZeRO, DeepSpeed's own
+  only with the embedding and the loss counted as one layer each; ``--overlap-grad-reduce``
+  where the estimate hid the data-parallel reduction behind backward, which Megatron-LM does
+  not do by default); with ZeRO, DeepSpeed's own
   ``--deepspeed --deepspeed_config`` (``deepspeed.add_config_arguments``), as
   Megatron-DeepSpeed reads them.
 * Otherwise the flags are the transformers Trainer's
@@ -80,7 +82,9 @@ def launch_plan(option: Option, spec: JobSpec) -> LaunchPlan:
     if st.sharding == "fsdp":
         accelerate_args = _hf_args(st, prec, deepspeed=None, fsdp=None)
     if st.tp > 1 or st.pp > 1:
-        args = _megatron_args(st, prec, model_shape(spec.model).layers)
+        args = _megatron_args(
+            st, prec, model_shape(spec.model).layers, overlap_grad_reduce=_overlap_grad(spec)
+        )
         if st.sharding.startswith("zero"):
             notes.append(
                 "tensor/pipeline parallel flags follow Megatron-LM; --deepspeed/--deepspeed_config "
@@ -210,7 +214,15 @@ def _hf_args(
     return tuple(args)
 
 
-def _megatron_args(st: Strategy, prec: str, layers: int) -> tuple[str, ...]:
+def _overlap_grad(spec: JobSpec) -> bool:
+    """Whether the estimate ran the data-parallel reduction beside backward."""
+    par = spec.parallelism
+    return not (isinstance(par, ParallelismSpec) and par.overlap_grad_reduce is False)
+
+
+def _megatron_args(
+    st: Strategy, prec: str, layers: int, *, overlap_grad_reduce: bool = True
+) -> tuple[str, ...]:
     global_batch = st.micro_batch_size * st.grad_accum * st.dp
     args = [
         "--tensor-model-parallel-size",
@@ -227,6 +239,10 @@ def _megatron_args(st: Strategy, prec: str, layers: int) -> tuple[str, ...]:
             "--account-for-embedding-in-pipeline-split",
             "--account-for-loss-in-pipeline-split",
         ]
+    if st.replicas > 1 and overlap_grad_reduce and st.sharding == "none":
+        # the estimate hid the gradient reduction behind backward; Megatron-LM runs it after
+        # backward unless asked (DistributedDataParallelConfig.overlap_grad_reduce is False)
+        args.append("--overlap-grad-reduce")
     if st.cp > 1:
         args += ["--context-parallel-size", str(st.cp)]
     if st.ep > 1:  # each rank's experts and the all-to-alls the estimate priced
