@@ -82,7 +82,8 @@ def test_deepspeed_zero1_is_about_half_of_pytorch_amp(a100: GpuSpec) -> None:
     amp = fit(_full("hf", "zero1"), a100, 64).memory
     ds = fit(_full("deepspeed", "zero1"), a100, 64).memory
     # the issue measured 70.6 GiB with an 8% allocator reserve; refitted to 12% on 2026-12-03
-    assert amp.device_used_bytes / 2**30 == pytest.approx(73.2, abs=1.0)
+    # (73.2 GiB), to 9% on 2026-12-04 when the rows measured on an H200 joined
+    assert amp.device_used_bytes / 2**30 == pytest.approx(71.2, abs=1.0)
     assert 0.4 < ds.device_used_bytes / amp.device_used_bytes < 0.55
     assert ds.details["gradients: reduction buckets"] == DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2
     params = model_shape("llama-2-7b").params_total
