@@ -739,6 +739,37 @@ def test_overlap_grad_reduce_is_not_deepspeeds_knob() -> None:
         )
 
 
+def _gpt2_head(model: str):  # type: ignore[no-untyped-def]
+    """GPT-2 small, bf16-mixed, micro-batch 32 of 1024 tokens, on one H200."""
+    spec = {"model": model, "seq_len": 1024, "precision": "bf16-mixed", "micro_batch_size": 32}
+    gpu = load_catalog(use_user=False).gpu("H200")
+    return configure(parse_spec(spec), gpu, 1, default_topology(gpu, 1), require_fit=False).time
+
+
+def test_an_unaligned_vocabulary_runs_the_lm_head_at_the_measured_slowdown(tmp_path: Path) -> None:
+    """GPT-2's 50257-row LM head is not a multiple of 8: measured on an H200 its GEMMs ran
+    4.8-4.9x longer than padded to 50304 (validation/pending/gemm_h200_20261204.csv). Hugging
+    Face keeps the tokenizer's size; Megatron pads to a multiple of 128 x TP."""
+    from gpuplan.estimate.compute import UNALIGNED_GEMM_SLOWDOWN, head_is_aligned
+
+    assert not head_is_aligned(50257, 1, 1)
+    assert head_is_aligned(50257, 2, 128)  # Megatron: 50432, 25216 rows a rank
+    assert head_is_aligned(128256, 8, 1)
+    assert not head_is_aligned(32001, 1, 1)
+    repo = Path(__file__).resolve().parents[1]
+    cfg = json.loads((repo / "src/gpuplan/models/data/gpt2.json").read_text())
+    cfg["vocab_size"] = 50304
+    padded_cfg = tmp_path / "gpt2-50304.json"
+    padded_cfg.write_text(json.dumps(cfg))
+    raw, padded = _gpt2_head("gpt2"), _gpt2_head(str(padded_cfg))
+    head_raw, head_padded = raw.parts["lm head + loss"], padded.parts["lm head + loss"]
+    # the GEMMs slow down by the measured factor; the fp32 loss passes do not
+    assert 2.0 * head_padded < head_raw < UNALIGNED_GEMM_SLOWDOWN * head_padded
+    assert raw.parts["gemm"] == pytest.approx(padded.parts["gemm"])
+    assert any("not a multiple of 8" in a for a in raw.assumptions)
+    assert not any("not a multiple of 8" in a for a in padded.assumptions)
+
+
 def test_deepspeed_settings_are_checked() -> None:
     base = {"model": "gpt2", "seq_len": 512}
     with pytest.raises(GpuPlanError, match="deepspeed: its settings apply to framework deepspeed"):

@@ -99,6 +99,33 @@ class ComputeTime:
     costs, with the loss but no backward, no recompute and no optimizer."""
 
 
+GEMM_ALIGN_ELEMENTS = 8
+"""Elements a 16-bit GEMM's dimensions must be a multiple of for cuBLAS's tensor-core kernels
+(16 bytes: the alignment of their vector loads and, on Hopper, of TMA's tensor maps)."""
+
+UNALIGNED_GEMM_SLOWDOWN = 4.9
+"""How much longer a 16-bit GEMM takes when one dimension is not a multiple of
+:data:`GEMM_ALIGN_ELEMENTS`. Measured on an H200 (``validation/pending/gemm_h200_20261204.csv``,
+``scripts/gpu-speed-check.py``, torch 2.11 + CUDA 13.0): GPT-2's LM head at 16,384 tokens,
+vocabulary 50257 against the same GEMM padded to 50304, runs 4.8x longer forward
+(126 against 602 TFLOP/s) and 4.9x longer for the input gradient (141 against 700). Taken for
+every architecture and for the weight gradient too: only this one card was measured."""
+
+
+def head_is_aligned(vocab: int, tp: int, pads_vocab: int) -> bool:
+    """Whether the LM head's GEMMs run aligned: the vocabulary, padded as the engine pads it
+    (``pads_vocab``: Megatron's ``--make-vocab-size-divisible-by`` times the tensor-parallel
+    degree; 1 for engines that keep the tokenizer's size), splits over ``tp`` ranks into
+    rows a multiple of :data:`GEMM_ALIGN_ELEMENTS`.
+
+    >>> head_is_aligned(50257, 1, 1), head_is_aligned(50257, 1, 128), head_is_aligned(128256, 8, 1)
+    (False, True, True)
+    """
+    unit = max(1, pads_vocab) * (tp if pads_vocab > 1 else 1)
+    padded = -(-vocab // unit) * unit
+    return padded % tp == 0 and (padded // tp) % GEMM_ALIGN_ELEMENTS == 0
+
+
 def _gemm_time(
     flops: float,
     nbytes: float,
@@ -202,6 +229,7 @@ def transformer_step(
     adapter_peak: float = 0.0,
     kernels_per_layer: int = KERNELS_PER_LAYER,
     fp8_transposes: bool = True,
+    head_aligned: bool = True,
 ) -> ComputeTime:
     """Compute time of the worst pipeline stage for one micro-batch.
 
@@ -223,6 +251,9 @@ def transformer_step(
     ``adapter_peak`` FLOP/s for their GEMMs; their saved tensors then leave the element-wise
     term (``Item.branch``), which would otherwise price them a second time.
     ``fp8_transposes``: fp8 casts also write a transposed copy (:func:`fp8_needs_transposes`).
+    ``head_aligned``: the LM head's vocabulary rows on this rank are a multiple of
+    :data:`GEMM_ALIGN_ELEMENTS` (:func:`head_is_aligned`); otherwise its three GEMMs take
+    :data:`UNALIGNED_GEMM_SLOWDOWN` times as long.
     """
     ctx = attention_seq or seq
     # a GEMM's fixed cost (launch, tail, wave quantisation) is a time: in FLOPs it grows
@@ -373,6 +404,9 @@ def transformer_step(
         head_fwd, head_s = _gemm_passes(
             head_flops, head_bytes, head_peak, bw, head_eff, None, head_outs, wgrad=tr.full
         )
+        if not head_aligned:
+            head_fwd *= UNALIGNED_GEMM_SLOWDOWN
+            head_s *= UNALIGNED_GEMM_SLOWDOWN
         loss_pass = tokens * shape.vocab / tp * 4 / (bw * eff.hbm)
         head_s += 3 * loss_pass  # fp32 loss passes: softmax read and write, gradient write
         head_fwd += 2 * loss_pass

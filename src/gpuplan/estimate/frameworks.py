@@ -100,6 +100,12 @@ class Framework:
     default_optimizer_impl: str
     fsdp_mixed_units: bool = False
     """FSDP units mix frozen and trainable parameters (gradients for all of them)."""
+    pads_vocab: int = 1
+    """The vocabulary is padded to a multiple of this times the tensor-parallel degree
+    (Megatron's ``--make-vocab-size-divisible-by``, 128 by default, ``_vocab_size_with_padding``
+    in ``megatron/training/tokenizer``); 1: the tokenizer's size, as Hugging Face models keep it
+    (GPT-2's 50257). It decides whether the LM head's GEMMs run aligned
+    (:func:`gpuplan.estimate.compute.head_is_aligned`)."""
     fsdp_unsharded_accumulation: bool = False
     """Gradient accumulation under no_sync keeps FSDP gradients unsharded."""
     upcast_unchunked_logits: bool = False
@@ -198,6 +204,7 @@ FRAMEWORKS: dict[str, Framework] = {
     ),
     "megatron": Framework(
         name="megatron",
+        pads_vocab=128,
         python_gelu=False,
         loss_chunks=1,
         default_optimizer_impl="fused",

@@ -31,12 +31,15 @@ from gpuplan.estimate.compute import (
     EAGER_KERNELS_PER_LAYER,
     EAGER_KERNELS_PER_LAYER_AUTOCAST,
     EAGER_SCORE_PASSES,
+    GEMM_ALIGN_ELEMENTS,
     KERNELS_PER_LAYER,
     MEGATRON_SOFTMAX_PASSES,
     SOFTCAP_PASSES,
+    UNALIGNED_GEMM_SLOWDOWN,
     ComputeTime,
     cnn_step,
     fp8_needs_transposes,
+    head_is_aligned,
     peak_flops,
     transformer_step,
 )
@@ -482,6 +485,17 @@ def estimate_time(
                 "layer, counted: scripts/count_eager_kernels.py"
                 + (", with torch autocast's casts)" if _torch_autocast(job) else ")")
             )
+        fw = FRAMEWORKS[job.framework]
+        head_aligned = dtype not in ("bf16", "fp16", "fp8") or head_is_aligned(
+            shape.vocab, st.tp, fw.pads_vocab
+        )
+        if shape.family == "decoder" and shape.vocab and not head_aligned:
+            assumptions.append(
+                f"LM head: {shape.vocab // st.tp} vocabulary rows a rank, not a multiple of "
+                f"{GEMM_ALIGN_ELEMENTS}: its GEMMs take {UNALIGNED_GEMM_SLOWDOWN}x as long "
+                "(measured on an H200, GPT-2's 50257 against 50304; "
+                f"{job.framework} keeps the tokenizer's size)"
+            )
         ct = transformer_step(
             shape,
             # what the micro-batch's compute depends on (the cache key): not dp, sharding
@@ -512,6 +526,7 @@ def estimate_time(
             adapter=adapter,
             kernels_per_layer=kernels,
             fp8_transposes=fp8_needs_transposes(gpu.compute_capability),
+            head_aligned=head_aligned,
             adapter_peak=peak_flops(
                 gpu, "fp32" if adapter_b == 4 and not adapter.autocast else "bf16"
             ),
