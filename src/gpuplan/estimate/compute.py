@@ -114,14 +114,14 @@ every architecture and for the weight gradient too: only this one card was measu
 
 def head_is_aligned(vocab: int, tp: int, pads_vocab: int) -> bool:
     """Whether the LM head's GEMMs run aligned: the vocabulary, padded as the engine pads it
-    (``pads_vocab``: Megatron's ``--make-vocab-size-divisible-by`` times the tensor-parallel
-    degree; 1 for engines that keep the tokenizer's size), splits over ``tp`` ranks into
+    (to a multiple of ``pads_vocab`` x ``tp``, Megatron's ``--make-vocab-size-divisible-by``;
+    ``pads_vocab`` 1 for engines that keep the tokenizer's size), splits over ``tp`` ranks into
     rows a multiple of :data:`GEMM_ALIGN_ELEMENTS`.
 
     >>> head_is_aligned(50257, 1, 1), head_is_aligned(50257, 1, 128), head_is_aligned(128256, 8, 1)
     (False, True, True)
     """
-    unit = max(1, pads_vocab) * (tp if pads_vocab > 1 else 1)
+    unit = pads_vocab * tp if pads_vocab > 1 else 1
     padded = -(-vocab // unit) * unit
     return padded % tp == 0 and (padded // tp) % GEMM_ALIGN_ELEMENTS == 0
 

@@ -485,9 +485,8 @@ def estimate_time(
                 "layer, counted: scripts/count_eager_kernels.py"
                 + (", with torch autocast's casts)" if _torch_autocast(job) else ")")
             )
-        fw = FRAMEWORKS[job.framework]
         head_aligned = dtype not in ("bf16", "fp16", "fp8") or head_is_aligned(
-            shape.vocab, st.tp, fw.pads_vocab
+            shape.vocab, st.tp, FRAMEWORKS[job.framework].pads_vocab
         )
         if shape.family == "decoder" and shape.vocab and not head_aligned:
             assumptions.append(
