@@ -105,7 +105,10 @@ def for_gpu(eff: ArchEfficiency, gpu: GpuSpec) -> ArchEfficiency:
     above their rated boost (RTX 3090: 108% of its FP32-accumulate peak). Training steps
     run the same kernels, so their GEMMs and fused attention scale alike. Plain fp32 (CUDA cores)
     and memory bandwidth are left as they are. Where either figure is missing, ``eff`` is
-    returned unchanged.
+    returned unchanged. No scaled value goes above the datasheet peak or the card's own measured
+    fraction of it, whichever is higher: the RTX 3090's GEMMs run at 108% of the peak its
+    datasheet quotes at the rated boost clock, which a ceiling of 1.0 clipped to 100% (before
+    2026-12-04; docs/accuracy.md, "GeForce GEMMs above the datasheet peak").
     """
     frac = gpu.matmul_fraction
     if frac is None or eff.matmul_reference is None:
@@ -120,12 +123,13 @@ def _scaled(eff: ArchEfficiency, gpu_id: str, frac: float, reference: float) -> 
     r = frac / reference
     if abs(r - 1.0) < 0.005:  # the reference GPU itself (its fraction is stated to 3 digits)
         return eff
+    ceiling = max(1.0, frac)
     return dataclasses.replace(
         eff,
-        gemm=min(1.0, eff.gemm * r),
-        gemm_fp8=min(1.0, eff.gemm_fp8 * r),
-        attention=min(1.0, eff.attention * r),
-        attention_cudnn=min(1.0, eff.attention_cudnn * r),
+        gemm=min(ceiling, eff.gemm * r),
+        gemm_fp8=min(ceiling, eff.gemm_fp8 * r),
+        attention=min(ceiling, eff.attention * r),
+        attention_cudnn=min(ceiling, eff.attention_cudnn * r),
         basis=f"{eff.basis}; tensor-core values x {r:.3f} for {gpu_id}, whose measured best "
         f"matmul reaches {frac:.1%} of its 16-bit peak against {reference:.1%} for "
         "the architecture's reference GPU",
