@@ -83,6 +83,15 @@ def test_measured_matmul_needs_a_source_and_a_plausible_size() -> None:
     assert GpuSpec.model_validate(a100).matmul_fraction == pytest.approx(264.5 / 312)
 
 
+def test_measured_fp32_matmul_needs_a_source_and_a_plausible_size() -> None:
+    a100 = load_catalog(use_user=False).gpu("A100-80GB").model_dump()
+    with pytest.raises(ValueError, match="fp32_matmul_measured_source"):
+        GpuSpec.model_validate({**a100, "fp32_matmul_measured_source": None})
+    with pytest.raises(ValueError, match="TF32 left on"):
+        GpuSpec.model_validate({**a100, "fp32_matmul_tflops_measured": 140.0})  # a TF32 figure
+    assert GpuSpec.model_validate(a100).fp32_matmul_fraction == pytest.approx(19.18 / 19.5)
+
+
 def test_the_allocator_reserve_shrinks_to_what_the_device_leaves() -> None:
     """PyTorch frees cached blocks before raising OOM: the usual reserve is not a need."""
     from gpuplan.estimate.memory import squeezed_reserve

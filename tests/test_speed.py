@@ -13,6 +13,7 @@ from gpuplan.errors import GpuPlanError, MissingInputError
 from gpuplan.estimate import calibration, comm
 from gpuplan.estimate.calibration import efficiencies
 from gpuplan.estimate.configure import configure, default_topology
+from gpuplan.estimate.speed import TimeEstimate
 from gpuplan.spec import load_spec, parse_spec
 
 EX = Path(__file__).resolve().parents[1] / "examples"
@@ -374,24 +375,29 @@ def test_carried_efficiencies_follow_their_fitted_sources() -> None:
     assert a["Blackwell"].attention == round(a["Blackwell"].attention_cudnn / 2.0, 2)
 
 
+def _resnet50_step(cat, gpu_id: str, precision: str, kernels: str, batch: int) -> TimeEstimate:  # type: ignore[no-untyped-def]
+    """One GPU's ResNet-50 training step at 224 px."""
+    spec = parse_spec(
+        {
+            "model": "resnet-50",
+            "precision": precision,
+            "optimizer": "sgd-momentum",
+            "micro_batch_size": batch,
+            "image_size": 224,
+            "cnn_kernels": kernels,
+        }
+    )
+    gpu = cat.gpu(gpu_id)
+    return configure(spec, gpu, 1, default_topology(gpu, 1)).time
+
+
 def test_cnn_kernels_price_eager_passes_and_nchw_transposes(cat) -> None:  # type: ignore[no-untyped-def]
     """PyTorch's eager ResNet pays separate batch-norm/ReLU/add passes and, in NCHW, cuDNN's
     transposes around tensor-core convolutions; fused NHWC kernels pay neither. The
     convolutions themselves cost the same in all three."""
-    gpu = cat.gpu("A100-80GB")
 
     def parts(kernels: str, precision: str = "fp16-mixed") -> dict[str, float]:
-        spec = parse_spec(
-            {
-                "model": "resnet-50",
-                "precision": precision,
-                "optimizer": "sgd-momentum",
-                "micro_batch_size": 256,
-                "image_size": 224,
-                "cnn_kernels": kernels,
-            }
-        )
-        t = configure(spec, gpu, 1, default_topology(gpu, 1)).time
+        t = _resnet50_step(cat, "A100-80GB", precision, kernels, 256)
         return {**t.parts, "step_time_s": t.step_time_s}
 
     eager, last, fused = parts("eager"), parts("channels-last"), parts("fused")
@@ -402,6 +408,80 @@ def test_cnn_kernels_price_eager_passes_and_nchw_transposes(cat) -> None:  # typ
     assert eager["step_time_s"] > last["step_time_s"] > fused["step_time_s"]
     # plain fp32 (no tensor cores) convolutions read NCHW directly
     assert "NCHW transposes" not in parts("eager", "fp32")
+
+
+def test_plain_fp32_gemms_follow_each_gpus_measured_sgemm(cat) -> None:  # type: ignore[no-untyped-def]
+    """A card's measured plain fp32 matmul sets its CUDA-core GEMM level; a card without one
+    takes the median of its compute capability's measured cards, which efficiency.yaml states
+    and this test holds to the catalog; Volta, with no measured card, keeps the prior."""
+    import statistics
+    from collections import defaultdict
+
+    effs = efficiencies()
+    rtx4090 = cat.gpu("RTX-4090")
+    assert effs.arch(rtx4090).gemm_fp32 == pytest.approx(54.72 / 82.6)
+    by_cc: dict[str, list[float]] = defaultdict(list)
+    for gpu in cat.gpus:
+        if gpu.fp32_matmul_fraction is not None:
+            by_cc[gpu.compute_capability].append(gpu.fp32_matmul_fraction)
+    table = effs.fp32_gemm_by_compute_capability
+    assert set(table) == set(by_cc)
+    for cc, fractions in by_cc.items():
+        assert table[cc] == pytest.approx(statistics.median(fractions), abs=0.0005), cc
+    a10 = effs.arch(cat.gpu("A10"))  # compute capability 8.6, no SGEMM of its own
+    assert a10.gemm_fp32 == table["8.6"] and "compute capability 8.6" in a10.basis
+    v100 = effs.arch(cat.gpu("V100-16GB"))
+    assert v100.gemm_fp32 == effs.archs["Volta"].gemm_fp32
+
+
+def test_nchw_tf32_convolutions_take_the_faster_of_tensor_and_cuda_cores(cat) -> None:  # type: ignore[no-untyped-def]
+    """With cudnn.benchmark, each NCHW tf32 convolution call runs on whichever is faster: the
+    tensor-core kernel with its transposes, or the fp32 CUDA-core kernel reading NCHW. On an
+    RTX 4090 TF32 is no faster than fp32, so most calls move; on an A100 (TF32 8x fp32) the
+    tensor cores keep most of the work. The choice never makes a step slower."""
+    from gpuplan.estimate import compute
+    from gpuplan.estimate.calibration import for_dtype
+    from gpuplan.estimate.shape import shape_of
+    from gpuplan.models.presets import load_preset
+
+    shape = shape_of(load_preset("resnet-50"))
+
+    def step(gpu_id: str, alternative: bool) -> compute.ComputeTime:
+        gpu = cat.gpu(gpu_id)
+        eff = efficiencies().arch(gpu)
+        return compute.cnn_step(
+            shape,
+            128,
+            peak=compute.peak_flops(gpu, "tf32"),
+            bw=gpu.memory_bandwidth_gb_per_s * 1e9,
+            dtype="tf32",
+            act_bytes=4,
+            eff=eff,
+            image_scale=1.0,
+            fp32_alternative=(compute.peak_flops(gpu, "fp32"), for_dtype(eff, "fp32"))
+            if alternative
+            else None,
+        )
+
+    for gpu_id in ("RTX-4090", "A100-80GB"):
+        tensor_only, chosen = step(gpu_id, False), step(gpu_id, True)
+        assert chosen.layer_s <= tensor_only.layer_s
+        assert "convolutions on fp32 CUDA cores" not in tensor_only.parts
+    rtx = step("RTX-4090", True).parts
+    a100 = step("A100-80GB", True).parts
+    assert rtx["convolutions on fp32 CUDA cores"] > 2 * rtx["convolutions"]
+    assert a100["convolutions"] > a100["convolutions on fp32 CUDA cores"]
+    assert rtx["NCHW transposes"] < 0.1 * step("RTX-4090", False).parts["NCHW transposes"]
+
+    def spec_step(precision: str, kernels: str = "eager") -> dict[str, object]:
+        t = _resnet50_step(cat, "RTX-4090", precision, kernels, 128)
+        return {**t.parts, "assumptions": " ".join(t.assumptions)}
+
+    tf32 = spec_step("tf32")
+    assert "convolutions on fp32 CUDA cores" in tf32 and "cudnn.benchmark" in str(tf32)
+    # no transposes to save: channels-last and mixed precision stay on the tensor cores
+    assert "convolutions on fp32 CUDA cores" not in spec_step("tf32", "channels-last")
+    assert "convolutions on fp32 CUDA cores" not in spec_step("fp16-mixed")
 
 
 def test_cnn_step_takes_the_cnn_overhead_not_its_architectures(cat) -> None:  # type: ignore[no-untyped-def]
@@ -838,13 +918,19 @@ def test_memoised_estimates_match_cold_ones(cat) -> None:  # type: ignore[no-unt
 def test_tensor_core_efficiency_follows_each_gpus_measured_matmul(cat) -> None:  # type: ignore[no-untyped-def]
     """Cards of one architecture share its fitted values, scaled by how much of the datasheet
     peak each reaches in a measured best matmul against the architecture's reference GPU:
-    the A100 PCIe (79%) below the SXM (85%), the RTX 3090 (108% of its half-rate peak) above; plain fp32,
-    bandwidth, and a card with no measurement (A10) stay at the architecture's values."""
+    the A100 PCIe (79%) below the SXM (85%), the RTX 3090 (108% of its half-rate peak) above;
+    bandwidth, and a card with no measurement (A10), stay at the architecture's tensor-core
+    values. Plain fp32 follows its own measurements (test_plain_fp32_gemms_follow_...)."""
     effs = efficiencies()
     ampere = effs.archs["Ampere"]
     sxm, pcie = effs.arch(cat.gpu("A100-80GB")), effs.arch(cat.gpu("A100-80GB-PCIE"))
     rtx3090, a10 = effs.arch(cat.gpu("RTX-3090")), effs.arch(cat.gpu("A10"))
-    assert sxm.gemm == ampere.gemm and a10 == ampere
+    assert sxm.gemm == ampere.gemm
+    assert (a10.gemm, a10.gemm_fp8, a10.attention) == (
+        ampere.gemm,
+        ampere.gemm_fp8,
+        ampere.attention,
+    )
     pcie_fraction = cat.gpu("A100-80GB-PCIE").matmul_fraction
     assert pcie.gemm == pytest.approx(ampere.gemm * pcie_fraction / ampere.matmul_reference)
     assert pcie.attention / ampere.attention == pytest.approx(pcie.gemm / ampere.gemm)
@@ -857,7 +943,7 @@ def test_tensor_core_efficiency_follows_each_gpus_measured_matmul(cat) -> None: 
         min(rtx_fraction, ampere.gemm * rtx_fraction / ampere.matmul_reference)
     )
     assert rtx3090.gemm > 1.0
-    assert (pcie.gemm_fp32, pcie.hbm) == (ampere.gemm_fp32, ampere.hbm)
+    assert pcie.hbm == ampere.hbm
     spec = parse_spec({"model": "bert-large", "seq_len": 384, "micro_batch_size": 32})
     step = {
         g: configure(spec, cat.gpu(g), 1, default_topology(cat.gpu(g), 1)).time.step_time_s

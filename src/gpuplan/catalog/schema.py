@@ -132,6 +132,15 @@ class GpuSpec(_Frozen):
     matmul_measured_source: str | None = Field(
         default=None, description="Where matmul_tflops_measured was measured (and with what)."
     )
+    fp32_matmul_tflops_measured: float | None = Field(
+        default=None,
+        gt=0,
+        description="Best measured plain fp32 matmul TFLOP/s (torch.matmul with TF32 off: CUDA "
+        "cores, no tensor cores); None where no measurement is cited.",
+    )
+    fp32_matmul_measured_source: str | None = Field(
+        default=None, description="Where fp32_matmul_tflops_measured was measured."
+    )
     nvlink_generation: int | None = Field(
         default=None, ge=1, description="NVLink generation, None if none."
     )
@@ -204,6 +213,15 @@ class GpuSpec(_Frozen):
                     f"matmul_tflops_measured {self.matmul_tflops_measured} is "
                     f"{self.matmul_tflops_measured / peak:.2f} x the 16-bit peak; expected 0.3-1.2"
                 )
+        if self.fp32_matmul_tflops_measured is not None:
+            if not self.fp32_matmul_measured_source:
+                raise ValueError("fp32_matmul_tflops_measured needs fp32_matmul_measured_source")
+            ratio = self.fp32_matmul_tflops_measured / self.peak_tflops_dense["fp32"]
+            if not 0.3 <= ratio <= 1.2:
+                raise ValueError(
+                    f"fp32_matmul_tflops_measured {self.fp32_matmul_tflops_measured} is "
+                    f"{ratio:.2f} x the fp32 peak; expected 0.3-1.2 (TF32 left on?)"
+                )
         return self
 
     @property
@@ -217,6 +235,13 @@ class GpuSpec(_Frozen):
         if self.matmul_tflops_measured is None or not self._peak16:
             return None
         return self.matmul_tflops_measured / self._peak16
+
+    @property
+    def fp32_matmul_fraction(self) -> float | None:
+        """Measured best plain fp32 matmul over the fp32 datasheet peak, where measured."""
+        if self.fp32_matmul_tflops_measured is None:
+            return None
+        return self.fp32_matmul_tflops_measured / self.peak_tflops_dense["fp32"]
 
     @property
     def capacity_bytes(self) -> int:

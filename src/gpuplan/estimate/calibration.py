@@ -82,6 +82,10 @@ class Efficiencies:
     compiled: dict[str, float]
     """``torch.compile``d models' own values (``step_overhead``, in place of the
     architecture's where that is larger: Inductor fuses the element-wise work it stands for)."""
+    fp32_gemm_by_compute_capability: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Plain fp32 GEMM fraction of the fp32 peak for a GPU without its own measurement, by
+    compute capability: the median of the measured cards of that capability (one SM design,
+    one share of its fp32 rate an SGEMM can use; ``efficiency.yaml``)."""
 
     def arch(self, gpu: GpuSpec) -> ArchEfficiency:
         """Parameters for the GPU's architecture (falls back to Hopper's, stated as prior),
@@ -91,10 +95,11 @@ class Efficiencies:
             architecture=gpu.architecture,
             basis=f"no parameters for {gpu.architecture}: Hopper's used as a prior",
         )
-        return for_gpu(eff, gpu)
+        cc = gpu.compute_capability
+        return for_gpu(eff, gpu, self.fp32_gemm_by_compute_capability.get(cc) if cc else None)
 
 
-def for_gpu(eff: ArchEfficiency, gpu: GpuSpec) -> ArchEfficiency:
+def for_gpu(eff: ArchEfficiency, gpu: GpuSpec, fp32_prior: float | None = None) -> ArchEfficiency:
     """``eff`` for one GPU of its architecture: tensor-core efficiencies scaled by how much of its
     datasheet peak the GPU reaches in a measured best matmul against the architecture's
     reference GPU (``matmul_reference``).
@@ -103,17 +108,45 @@ def for_gpu(eff: ArchEfficiency, gpu: GpuSpec) -> ArchEfficiency:
     quoted at the boost clock, and a card with less power to spend per SM holds a lower clock
     under tensor-core load (A100 PCIe 79% against A100 SXM 85%), while GeForce cards hold clocks
     above their rated boost (RTX 3090: 108% of its FP32-accumulate peak). Training steps
-    run the same kernels, so their GEMMs and fused attention scale alike. Plain fp32 (CUDA cores)
-    and memory bandwidth are left as they are. Where either figure is missing, ``eff`` is
-    returned unchanged. No scaled value goes above the datasheet peak or the card's own measured
+    run the same kernels, so their GEMMs and fused attention scale alike. Memory bandwidth is
+    left as it is; plain fp32 (CUDA cores) takes the GPU's own measured SGEMM fraction where one
+    is cited, else ``fp32_prior``, its compute capability's (:func:`_with_fp32`). Where a figure is missing, its values are left unchanged. No scaled value goes above the datasheet peak or the card's own measured
     fraction of it, whichever is higher: the RTX 3090's GEMMs run at 108% of the peak its
     datasheet quotes at the rated boost clock, which a ceiling of 1.0 clipped to 100% (before
     2026-12-04; docs/accuracy.md, "GeForce GEMMs above the datasheet peak").
     """
     frac = gpu.matmul_fraction
-    if frac is None or eff.matmul_reference is None:
-        return eff
-    return _scaled(eff, gpu.id, frac, eff.matmul_reference)
+    if frac is not None and eff.matmul_reference is not None:
+        eff = _scaled(eff, gpu.id, frac, eff.matmul_reference)
+    fp32 = gpu.fp32_matmul_fraction
+    if fp32 is not None:
+        eff = _with_fp32(eff, f"{gpu.id}'s measured SGEMM", fp32)
+    elif fp32_prior is not None:
+        eff = _with_fp32(
+            eff,
+            f"the median measured SGEMM of compute capability {gpu.compute_capability} cards",
+            fp32_prior,
+        )
+    return eff
+
+
+@functools.lru_cache(maxsize=256)
+def _with_fp32(eff: ArchEfficiency, whose: str, fp32: float) -> ArchEfficiency:
+    """``eff`` with plain fp32 GEMMs at the GPU's own measured fraction of its fp32 peak.
+
+    The architecture's ``gemm_fp32`` is a prior (0.90); CUDA-core SGEMM reaches very different
+    shares of the fp32 peak across cards of one architecture: the A100's 98%, but the RTX 3090's
+    70% and the RTX 4090's 66%, whose datasheet fp32 rate counts the second FP32 pipe that an
+    SGEMM rarely fills (``gpus.yaml`` ``fp32_matmul_tflops_measured``, sourced there). A
+    measurement, where one is cited, replaces the prior; a card without one takes the median
+    of its compute capability's measured cards (the same SM design). Tensor-core values are
+    untouched.
+    """
+    return dataclasses.replace(
+        eff,
+        gemm_fp32=fp32,
+        basis=f"{eff.basis}; plain fp32 GEMMs at {fp32:.1%} of the fp32 peak, {whose}",
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -197,6 +230,15 @@ class EfficiencyFile(_File):
     virtualization: _VirtualizationFile
     cnn: _PathFile
     compiled: _PathFile
+    fp32_gemm_by_compute_capability: dict[str, float]
+
+    @field_validator("fp32_gemm_by_compute_capability")
+    @classmethod
+    def _fractions(cls, value: dict[str, float]) -> dict[str, float]:
+        for cc, frac in value.items():
+            if not 0.3 <= frac <= 1.2:
+                raise ValueError(f"{cc}: {frac} is not a fraction of the fp32 peak (0.3-1.2)")
+        return value
 
     @field_validator("architectures")
     @classmethod
@@ -243,6 +285,7 @@ def parse_efficiency_file(data: Any, origin: str = "efficiency.yaml") -> Efficie
         virtualization=f.virtualization.model_dump(by_alias=True),
         cnn=f.cnn.model_dump(),
         compiled=f.compiled.model_dump(),
+        fp32_gemm_by_compute_capability=dict(f.fp32_gemm_by_compute_capability),
     )
 
 

@@ -464,6 +464,16 @@ calls (forward, data gradient, weight gradient) transposes its two activation op
 out (a read and a write each): 6 x (input + output) elements (NVIDIA Deep Learning Performance
 Guide, "Convolutional Layers User's Guide": tensor-core kernels need NHWC, NCHW is transposed
 at a cost; PyTorch's channels_last tutorial)."""
+CUDNN_BENCHMARK_CHOICE = (
+    "NCHW tf32 convolutions: each call runs on the tensor-core kernel with its transposes or on "
+    "the fp32 CUDA-core kernel, whichever is faster (cuDNN's autotuner, torch.backends.cudnn."
+    "benchmark = True, as NVIDIA DeepLearningExamples' ConvNets main.py and timm's benchmark.py set it)"
+)
+"""Why an NCHW tf32 convolution may skip its transposes: with ``cudnn.benchmark`` on, cuDNN
+times every algorithm for each convolution shape and call and keeps the fastest; the fp32
+CUDA-core kernels read NCHW directly. Where the tf32 tensor-core peak is no higher than the fp32
+one (the GeForce RTX 3090 and 4090: TF32 accumulates in fp32 at half rate), the fp32 kernels
+win wherever the transposes cost more than the tensor cores save."""
 CNN_KERNELS = {
     "eager": "CNN kernels: PyTorch eager in NCHW (batch norm, ReLU, adds as separate kernels; "
     "cuDNN transposes around each tensor-core convolution)",
@@ -485,23 +495,31 @@ def cnn_step(
     eff: ArchEfficiency,
     image_scale: float,
     kernels: str = "eager",
+    fp32_alternative: tuple[float, ArchEfficiency] | None = None,
 ) -> ComputeTime:
     """Compute time of a CNN micro-batch: convolutions as GEMMs, BN/ReLU memory-bound.
 
     ``peak`` is the dense peak FLOP/s in ``dtype`` and ``bw`` the memory bandwidth in bytes/s.
     ``kernels`` (spec ``cnn_kernels``) decides the element-wise passes (:data:`EAGER_PASSES`
     or :data:`FUSED_PASSES`) and whether NCHW transposes are paid (eager, tensor-core dtypes).
+    ``fp32_alternative`` (the fp32 CUDA-core peak and efficiencies) lets each NCHW tf32
+    convolution call run on the fp32 kernels instead where that is faster than the tensor-core
+    kernel with its transposes (:data:`NCHW_TRANSPOSE_PASSES`), as cuDNN's autotuner chooses
+    (:data:`CUDNN_BENCHMARK_CHOICE`).
     """
     b = micro_batch_size
     t = 0.0
     fwd = 0.0
     elem_bytes = 0.0
     transpose_bytes = 0.0
+    transpose_fwd_bytes = 0.0
+    t_cuda_cores = 0.0  # convolution calls the autotuner moves to fp32 CUDA-core kernels
     launches = 0
     transposes = kernels == "eager" and dtype != "fp32"
     prev_out = 0.0
     t_fwd = 0.0  # the forward convolutions
     elem_fwd_bytes = 0.0
+    per_byte = 1.0 / (bw * eff.hbm)
     for layer in shape.cnn_layers:
         flops = layer.forward_flops * b * image_scale
         out = layer.output_elements * b * image_scale
@@ -509,12 +527,34 @@ def cnn_step(
             nbytes = 2 * out * act_bytes + layer.params * act_bytes
             outs = (out * act_bytes, prev_out * act_bytes, layer.params * act_bytes)
             conv_fwd, conv_all = _gemm_passes(flops, nbytes, peak, bw, eff, None, outs, wgrad=True)
-            t += conv_all
-            t_fwd += conv_fwd
-            fwd += flops
             if transposes and layer.kind == "conv":
-                # the input is the previous layer's output (the image for the stem)
-                transpose_bytes += NCHW_TRANSPOSE_PASSES * (prev_out + out) * act_bytes
+                # the input is the previous layer's output (the image for the stem); each of
+                # the three calls transposes both operands in and out (a third of the passes)
+                call_bytes = NCHW_TRANSPOSE_PASSES / 3 * (prev_out + out) * act_bytes
+                calls = ((conv_fwd, 1), (conv_all - conv_fwd, 2))
+                if fp32_alternative is not None and dtype == "tf32":
+                    alt_peak, alt_eff = fp32_alternative
+                    alt_fwd, alt_all = _gemm_passes(
+                        flops, nbytes, alt_peak, bw, alt_eff, None, outs, wgrad=True
+                    )
+                    alts = (alt_fwd, alt_all - alt_fwd)
+                else:
+                    alts = (float("inf"), float("inf"))
+                for i, ((tc, n_calls), alt) in enumerate(zip(calls, alts, strict=True)):
+                    tc_total = tc + n_calls * call_bytes * per_byte
+                    if alt < tc_total:
+                        t += alt
+                        t_cuda_cores += alt
+                        t_fwd += alt if i == 0 else 0.0
+                    else:
+                        t += tc
+                        t_fwd += tc if i == 0 else 0.0
+                        transpose_bytes += n_calls * call_bytes
+                        transpose_fwd_bytes += call_bytes if i == 0 else 0.0
+            else:
+                t += conv_all
+                t_fwd += conv_fwd
+            fwd += flops
         else:
             passes = (
                 FUSED_PASSES if kernels == "fused" else EAGER_PASSES.get(layer.kind, FUSED_PASSES)
@@ -524,10 +564,12 @@ def cnn_step(
             elem_fwd_bytes += out * act_bytes * fwd_passes
         prev_out = out
         launches += 3
-    t_elem = elem_bytes / (bw * eff.hbm)
-    t_transpose = transpose_bytes / (bw * eff.hbm)
+    t_elem = elem_bytes * per_byte
+    t_transpose = transpose_bytes * per_byte
     t += t_elem + t_transpose + launches * eff.kernel_overhead_s
-    parts = {"convolutions": t - t_elem - t_transpose, "elementwise": t_elem}
+    parts = {"convolutions": t - t_elem - t_transpose - t_cuda_cores, "elementwise": t_elem}
+    if t_cuda_cores:
+        parts["convolutions on fp32 CUDA cores"] = t_cuda_cores
     if t_transpose:
         parts["NCHW transposes"] = t_transpose
     return ComputeTime(
@@ -537,6 +579,6 @@ def cnn_step(
         hardware_flops_per_micro_batch=3 * fwd,
         parts=parts,
         forward_s=t_fwd
-        + (elem_fwd_bytes + transpose_bytes / 3) / (bw * eff.hbm)
+        + (elem_fwd_bytes + transpose_fwd_bytes) * per_byte
         + launches / 3 * eff.kernel_overhead_s,
     )

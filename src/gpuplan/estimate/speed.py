@@ -26,6 +26,7 @@ from gpuplan.estimate.adapter_time import AdapterImpl
 from gpuplan.estimate.calibration import ArchEfficiency, efficiencies, for_dtype
 from gpuplan.estimate.compute import (
     CNN_KERNELS,
+    CUDNN_BENCHMARK_CHOICE,
     DEQUANT_BYTES_PER_WEIGHT,
     EAGER_DROPOUT_PASSES,
     EAGER_KERNELS_PER_LAYER,
@@ -392,9 +393,7 @@ def estimate_time(
     overhead_note = ""
     if shape.family == "cnn":  # its element-wise kernels are counted (compute.EAGER_PASSES)
         eff = dataclasses.replace(eff, step_overhead=eff_all.cnn["step_overhead"])
-        overhead_note = (
-            " (convolutional networks' own, fitted: their kernels are priced one by one)"
-        )
+        overhead_note = " (convolutional networks' own, in place of the architecture's: their kernels are priced one by one)"
     elif job.compiled and eff_all.compiled["step_overhead"] <= eff.step_overhead:
         # Inductor fuses the element-wise work the architecture's overhead stands for
         eff = dataclasses.replace(eff, step_overhead=eff_all.compiled["step_overhead"])
@@ -456,8 +455,13 @@ def estimate_time(
             eff=eff,
             image_scale=scale,
             kernels=job.cnn_kernels,
+            fp32_alternative=(peak_flops(gpu, "fp32"), for_dtype(eff, "fp32"))
+            if dtype == "tf32"
+            else None,
         )
         assumptions.append(CNN_KERNELS[job.cnn_kernels])
+        if "convolutions on fp32 CUDA cores" in ct.parts:
+            assumptions.append(CUDNN_BENCHMARK_CHOICE)
         tokens_per_sample = None
     else:
         num = Numerics(act_bytes=pb.act, autocast=pb.autocast, compiled=job.compiled)
