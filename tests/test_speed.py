@@ -368,6 +368,11 @@ def test_carried_efficiencies_follow_their_fitted_sources() -> None:
     # Ampere's GEMM level is its reference GPU's measured best matmul, not fitted
     assert ampere.matmul_reference is not None
     assert ampere.gemm == round(ampere.matmul_reference, 2)
+    # so is Volta's: the V100-SXM2-16GB's, with a step overhead fitted in its place
+    volta = a["Volta"]
+    v100 = load_catalog(use_user=False).gpu("V100-16GB")
+    assert volta.matmul_reference == pytest.approx(v100.matmul_fraction, abs=0.0005)
+    assert volta.gemm == round(volta.matmul_reference, 2) and volta.step_overhead > 0.05
     # Hopper's x the measured B200 / H100 large-GEMM ratio (fit_efficiency BLACKWELL_OVER_HOPPER)
     assert a["Blackwell"].gemm == round(0.88 * a["Hopper"].gemm, 2)
     assert a["Blackwell"].gemm_fp8 == round(0.85 * a["Hopper"].gemm_fp8, 2)
@@ -413,13 +418,13 @@ def test_cnn_kernels_price_eager_passes_and_nchw_transposes(cat) -> None:  # typ
 def test_plain_fp32_gemms_follow_each_gpus_measured_sgemm(cat) -> None:  # type: ignore[no-untyped-def]
     """A card's measured plain fp32 matmul sets its CUDA-core GEMM level; a card without one
     takes the median of its compute capability's measured cards, which efficiency.yaml states
-    and this test holds to the catalog; Volta, with no measured card, keeps the prior."""
+    and this test holds to the catalog."""
     import statistics
     from collections import defaultdict
 
     effs = efficiencies()
     rtx4090 = cat.gpu("RTX-4090")
-    assert effs.arch(rtx4090).gemm_fp32 == pytest.approx(54.72 / 82.6)
+    assert effs.arch(rtx4090).gemm_fp32 == pytest.approx(54.26 / 82.6)
     by_cc: dict[str, list[float]] = defaultdict(list)
     for gpu in cat.gpus:
         if gpu.fp32_matmul_fraction is not None:
@@ -430,8 +435,8 @@ def test_plain_fp32_gemms_follow_each_gpus_measured_sgemm(cat) -> None:  # type:
         assert table[cc] == pytest.approx(statistics.median(fractions), abs=0.0005), cc
     a10 = effs.arch(cat.gpu("A10"))  # compute capability 8.6, no SGEMM of its own
     assert a10.gemm_fp32 == table["8.6"] and "compute capability 8.6" in a10.basis
-    v100 = effs.arch(cat.gpu("V100-16GB"))
-    assert v100.gemm_fp32 == effs.archs["Volta"].gemm_fp32
+    v100_32 = effs.arch(cat.gpu("V100-32GB"))  # no SGEMM of its own: the V100-16GB's
+    assert v100_32.gemm_fp32 == table["7.0"] == pytest.approx(14.06 / 15.7, abs=0.0005)
 
 
 def test_nchw_tf32_convolutions_take_the_faster_of_tensor_and_cuda_cores(cat) -> None:  # type: ignore[no-untyped-def]
