@@ -86,6 +86,29 @@ class _Frozen(UserModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def _check_measured_matmul(
+    name: str,
+    value: float | None,
+    source_name: str,
+    source: str | None,
+    peak: float | None,
+    peak_label: str,
+    hint: str = "",
+) -> None:
+    """A measured matmul needs its source and a plausible share (0.3-1.2) of the datasheet peak
+    it is compared with (a figure outside it was measured in another dtype)."""
+    if value is None:
+        return
+    if not source:
+        raise ValueError(f"{name} needs {source_name}")
+    if not peak:
+        raise ValueError(f"{name} needs a {peak_label} peak to compare with")
+    if not 0.3 <= value / peak <= 1.2:
+        raise ValueError(
+            f"{name} {value} is {value / peak:.2f} x the {peak_label} peak; expected 0.3-1.2{hint}"
+        )
+
+
 class GpuSpec(_Frozen):
     """One GPU model as its datasheet describes it.
 
@@ -202,26 +225,23 @@ class GpuSpec(_Frozen):
 
     @model_validator(mode="after")
     def _matmul_sourced(self) -> GpuSpec:
-        if self.matmul_tflops_measured is not None:
-            if not self.matmul_measured_source:
-                raise ValueError("matmul_tflops_measured needs matmul_measured_source")
-            peak = self._peak16
-            if not peak:
-                raise ValueError("matmul_tflops_measured needs a 16-bit peak to compare with")
-            if not 0.3 <= self.matmul_tflops_measured / peak <= 1.2:
-                raise ValueError(
-                    f"matmul_tflops_measured {self.matmul_tflops_measured} is "
-                    f"{self.matmul_tflops_measured / peak:.2f} x the 16-bit peak; expected 0.3-1.2"
-                )
-        if self.fp32_matmul_tflops_measured is not None:
-            if not self.fp32_matmul_measured_source:
-                raise ValueError("fp32_matmul_tflops_measured needs fp32_matmul_measured_source")
-            ratio = self.fp32_matmul_tflops_measured / self.peak_tflops_dense["fp32"]
-            if not 0.3 <= ratio <= 1.2:
-                raise ValueError(
-                    f"fp32_matmul_tflops_measured {self.fp32_matmul_tflops_measured} is "
-                    f"{ratio:.2f} x the fp32 peak; expected 0.3-1.2 (TF32 left on?)"
-                )
+        _check_measured_matmul(
+            "matmul_tflops_measured",
+            self.matmul_tflops_measured,
+            "matmul_measured_source",
+            self.matmul_measured_source,
+            self._peak16,
+            "16-bit",
+        )
+        _check_measured_matmul(
+            "fp32_matmul_tflops_measured",
+            self.fp32_matmul_tflops_measured,
+            "fp32_matmul_measured_source",
+            self.fp32_matmul_measured_source,
+            self.peak_tflops_dense["fp32"],
+            "fp32",
+            " (TF32 left on?)",
+        )
         return self
 
     @property

@@ -82,7 +82,7 @@ class Efficiencies:
     compiled: dict[str, float]
     """``torch.compile``d models' own values (``step_overhead``, in place of the
     architecture's where that is larger: Inductor fuses the element-wise work it stands for)."""
-    fp32_gemm_by_compute_capability: dict[str, float] = dataclasses.field(default_factory=dict)
+    fp32_gemm_by_compute_capability: dict[str, float]
     """Plain fp32 GEMM fraction of the fp32 peak for a GPU without its own measurement, by
     compute capability: the median of the measured cards of that capability (one SM design,
     one share of its fp32 rate an SGEMM can use; ``efficiency.yaml``)."""
@@ -110,8 +110,9 @@ def for_gpu(eff: ArchEfficiency, gpu: GpuSpec, fp32_prior: float | None = None) 
     above their rated boost (RTX 3090: 108% of its FP32-accumulate peak). Training steps
     run the same kernels, so their GEMMs and fused attention scale alike. Memory bandwidth is
     left as it is; plain fp32 (CUDA cores) takes the GPU's own measured SGEMM fraction where one
-    is cited, else ``fp32_prior``, its compute capability's (:func:`_with_fp32`). Where a figure is missing, its values are left unchanged. No scaled value goes above the datasheet peak or the card's own measured
-    fraction of it, whichever is higher: the RTX 3090's GEMMs run at 108% of the peak its
+    is cited, else ``fp32_prior``, its compute capability's (:func:`_with_fp32`). Where a figure
+    is missing, its values are left unchanged. No scaled value goes above the datasheet peak or
+    the card's own measured fraction of it, whichever is higher: the RTX 3090's GEMMs run at 108% of the peak its
     datasheet quotes at the rated boost clock, which a ceiling of 1.0 clipped to 100% (before
     2026-12-04; docs/accuracy.md, "GeForce GEMMs above the datasheet peak").
     """

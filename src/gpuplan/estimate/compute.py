@@ -502,10 +502,10 @@ def cnn_step(
     ``peak`` is the dense peak FLOP/s in ``dtype`` and ``bw`` the memory bandwidth in bytes/s.
     ``kernels`` (spec ``cnn_kernels``) decides the element-wise passes (:data:`EAGER_PASSES`
     or :data:`FUSED_PASSES`) and whether NCHW transposes are paid (eager, tensor-core dtypes).
-    ``fp32_alternative`` (the fp32 CUDA-core peak and efficiencies) lets each NCHW tf32
-    convolution call run on the fp32 kernels instead where that is faster than the tensor-core
-    kernel with its transposes (:data:`NCHW_TRANSPOSE_PASSES`), as cuDNN's autotuner chooses
-    (:data:`CUDNN_BENCHMARK_CHOICE`).
+    ``fp32_alternative`` (the fp32 CUDA-core peak and efficiencies; given for tf32 jobs) lets each
+    NCHW convolution call run on the fp32 kernels instead where that is faster than the
+    tensor-core kernel with its transposes (:data:`NCHW_TRANSPOSE_PASSES`), as cuDNN's autotuner
+    chooses (:data:`CUDNN_BENCHMARK_CHOICE`).
     """
     b = micro_batch_size
     t = 0.0
@@ -531,26 +531,27 @@ def cnn_step(
                 # the input is the previous layer's output (the image for the stem); each of
                 # the three calls transposes both operands in and out (a third of the passes)
                 call_bytes = NCHW_TRANSPOSE_PASSES / 3 * (prev_out + out) * act_bytes
-                calls = ((conv_fwd, 1), (conv_all - conv_fwd, 2))
-                if fp32_alternative is not None and dtype == "tf32":
+                alt_fwd = alt_bwd = float("inf")  # no alternative: the tensor cores
+                if fp32_alternative is not None:
                     alt_peak, alt_eff = fp32_alternative
                     alt_fwd, alt_all = _gemm_passes(
                         flops, nbytes, alt_peak, bw, alt_eff, None, outs, wgrad=True
                     )
-                    alts = (alt_fwd, alt_all - alt_fwd)
-                else:
-                    alts = (float("inf"), float("inf"))
-                for i, ((tc, n_calls), alt) in enumerate(zip(calls, alts, strict=True)):
-                    tc_total = tc + n_calls * call_bytes * per_byte
-                    if alt < tc_total:
-                        t += alt
-                        t_cuda_cores += alt
-                        t_fwd += alt if i == 0 else 0.0
+                    alt_bwd = alt_all - alt_fwd
+                # forward is one call; backward two (data and weight gradients)
+                for tensor_s, alt_s, n_calls in (
+                    (conv_fwd, alt_fwd, 1),
+                    (conv_all - conv_fwd, alt_bwd, 2),
+                ):
+                    if alt_s < tensor_s + n_calls * call_bytes * per_byte:
+                        chosen = alt_s
+                        t_cuda_cores += alt_s
                     else:
-                        t += tc
-                        t_fwd += tc if i == 0 else 0.0
+                        chosen = tensor_s
                         transpose_bytes += n_calls * call_bytes
-                        transpose_fwd_bytes += call_bytes if i == 0 else 0.0
+                        transpose_fwd_bytes += call_bytes if n_calls == 1 else 0.0
+                    t += chosen
+                    t_fwd += chosen if n_calls == 1 else 0.0
             else:
                 t += conv_all
                 t_fwd += conv_fwd

@@ -393,7 +393,10 @@ def estimate_time(
     overhead_note = ""
     if shape.family == "cnn":  # its element-wise kernels are counted (compute.EAGER_PASSES)
         eff = dataclasses.replace(eff, step_overhead=eff_all.cnn["step_overhead"])
-        overhead_note = " (convolutional networks' own, in place of the architecture's: their kernels are priced one by one)"
+        overhead_note = (
+            " (convolutional networks' own, in place of the architecture's: "
+            "their kernels are priced one by one)"
+        )
     elif job.compiled and eff_all.compiled["step_overhead"] <= eff.step_overhead:
         # Inductor fuses the element-wise work the architecture's overhead stands for
         eff = dataclasses.replace(eff, step_overhead=eff_all.compiled["step_overhead"])
