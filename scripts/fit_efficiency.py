@@ -264,6 +264,7 @@ FIXED: frozenset[str] = frozenset(
         "Blackwell.attention_cudnn",
         "Volta.gemm",
         "Volta.gemm_fp32",
+        "Turing.gemm_fp32",  # the T4 prices fp32 GEMMs at its measured SGEMM: no row reads it
         "overlap.tensor_parallel",
         *(f"{arch}.gemm" for arch in MEASURED_GEMM),
         "Ada Lovelace.gemm",  # carried from Ampere's measured level (CARRIED), not fitted
@@ -290,7 +291,10 @@ Re-checked at 269 rows the same day, with Ampere.attention held: overlap.tensor_
 lower its 43 rows' error (4.7% fitted at 0.95 against 5.5% at the prior), but the table's LOSO
 median rises 8.3% -> 8.5% with 2 more rows low and 2 more run time short, and Blackwell's
 attention_cudnn again lowers its 5 rows (3.4% against 7.1%) with the median unchanged and one
-more row low and one more short: both stay held.
+more row low and one more short: both stay held. Turing.gemm_fp32 held since its first rows
+(2026-12-04, the T4's fp32 BERT-base steps): the T4 prices its fp32 GEMMs at its own measured
+SGEMM (gpus.yaml ``fp32_matmul_tflops_measured``), so no row reads the parameter; fitted, the flat
+objective left it at the grid's first value (0.15) with the same error.
 cnn.step_overhead held since 2026-12-04 (288 rows), when NCHW TF32 convolutions could run on the
 fp32 CUDA cores: fitted (0.00) its 52 ResNet rows' LOSO median is 8.6% against 8.1% at the prior
 (0.05), so by the rule it goes; held, the table's LOSO median is the same (6.24%), 40 rows are
