@@ -523,6 +523,14 @@ class JobSpec(_Spec):
         "outside PyTorch's allocator, and pages out to the host when the GPU is full. "
         "Optimizers adamw, adamw-8bit and lion.",
     )
+    cublas_workspace_config: str | None = Field(
+        default=None,
+        description="The run's CUBLAS_WORKSPACE_CONFIG (':SIZE:COUNT' pairs, SIZE in KiB), which "
+        "sizes the workspace PyTorch allocates for each of its two cuBLAS handles "
+        "(aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize): deterministic "
+        "runs set ':4096:8' (32 MiB), as Megatron's functional tests do. Unset: PyTorch's "
+        "default, 32 MiB on compute capability 9.x and later, ':4096:2:16:8' (8.125 MiB) before.",
+    )
     deepspeed: DeepSpeedSpec | None = Field(
         default=None,
         description="framework deepspeed only: {version}, the DeepSpeed release (its ZeRO-3 "
@@ -570,6 +578,13 @@ class JobSpec(_Spec):
     data: DataSpec | None = Field(
         default=None, description="Dataset/checkpoint sizes for transfer and storage costs."
     )
+
+    @field_validator("cublas_workspace_config")
+    @classmethod
+    def _cublas_config(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"(:[0-9]{1,7}:[0-9]{1,4})+", v):
+            raise ValueError(f"{v!r} is not ':SIZE:COUNT' pairs (SIZE in KiB), e.g. ':4096:8'")
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:

@@ -13,6 +13,7 @@ import math
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
 from gpuplan.estimate import bounds as bnd
+from gpuplan.estimate import overheads as ovh
 from gpuplan.estimate.frameworks import DS_COALESCED_GATHERS, FRAMEWORKS
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
@@ -188,6 +189,9 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         optimizer_in_backward=spec.optimizer_in_backward,
         paged_optimizer=spec.paged_optimizer,
         loss_chunks=spec.loss_chunks,
+        cublas_workspace_per_handle=None
+        if spec.cublas_workspace_config is None
+        else ovh.cublas_config_bytes(spec.cublas_workspace_config),
         cnn_kernels=spec.cnn_kernels,
         tp_comm_overlap=spec.parallelism.tp_comm_overlap
         if isinstance(spec.parallelism, ParallelismSpec)

@@ -125,6 +125,9 @@ class MemoryJob:
     grads_kept: bool = False
     loss_chunks: int | None = None
     cuda_context_bytes: float | None = None
+    cublas_workspace_per_handle: float | None = None
+    """Bytes of each PyTorch cuBLAS workspace (spec ``cublas_workspace_config``); None:
+    PyTorch's default for the GPU."""
     cnn_kernels: str = "eager"
     """How a CNN's kernels run (spec ``cnn_kernels``); decides time, not memory."""
     deepspeed: DeepSpeedOptions | None = None
@@ -956,6 +959,16 @@ def restate_reserve(assumptions: tuple[str, ...], note: str) -> tuple[str, ...]:
     return (*kept, note) if note else kept
 
 
+def workspace_bytes(job: MemoryJob, gpu: GpuSpec | None) -> float:
+    """The GEMM workspaces a rank allocates: PyTorch's two cuBLAS handles' (the spec's
+    ``cublas_workspace_config`` or PyTorch's default) and, where Transformer Engine's linears
+    run (``framework: megatron``, or an fp8 run of an engine whose fp8 linears are TE's),
+    TE's own (:func:`overheads.cublas_workspace_bytes`)."""
+    fw = FRAMEWORKS[job.framework]
+    te = fw.fused_kernels or (fw.te_fp8_linears and job.precision == "fp8-mixed")
+    return ovh.cublas_workspace_bytes(gpu, job.cublas_workspace_per_handle, te=te)
+
+
 def runtime_bytes(
     job: MemoryJob,
     st: Strategy,
@@ -963,7 +976,7 @@ def runtime_bytes(
     allocated_model: float,
     reserve_fraction: float | None = None,
 ) -> RuntimeBytes:
-    """Step 4: cuBLAS workspaces (``cublas``, :func:`overheads.cublas_workspace_bytes` of the
+    """Step 4: cuBLAS workspaces (``cublas``, :func:`workspace_bytes` of the job and the
     GPU), allocator reserve, CUDA context, NCCL buffers."""
     comms = sum(1 for deg in (st.dp, st.tp, st.pp, st.cp) if deg > 1)
     return RuntimeBytes(
@@ -1047,7 +1060,7 @@ def estimate_memory(
     layout on many offerings; steps 1-3, :func:`model_bytes`, are cached apart, for any GPU).
     """
     cap, cap_basis = _capacity(gpu, capacity_bytes)
-    cublas = ovh.cublas_workspace_bytes(gpu)
+    cublas = workspace_bytes(job, gpu)
     return _estimate(
         shape,
         job,
@@ -1174,7 +1187,7 @@ def check_memory(
         shape,
         job,
         st,
-        ovh.cublas_workspace_bytes(gpu),
+        workspace_bytes(job, gpu),
         cap,
         safety_margin,
         image_size,

@@ -6,9 +6,18 @@ Numbers and their sources (``reference/estimators.md``, section 6):
   at 300-700 MB; it grows with SM count (pytorch/pytorch#107667, #20532,
   ggml-org/llama.cpp#23604). We take 500 MiB unless a source for the setup
   says otherwise. It appears in nvidia-smi, not in torch's counters.
-* cuBLAS workspace: 4 MiB per handle before Hopper, 32 MiB on Hopper and
-  Blackwell (pytorch/pytorch#120925); forward and the autograd thread each
-  hold a handle. Allocated through the caching allocator.
+* cuBLAS workspace: PyTorch's ``parseChosenWorkspaceSize``
+  (aten/src/ATen/cuda/CublasHandlePool.cpp) sizes each handle's workspace from
+  ``CUBLAS_WORKSPACE_CONFIG`` (``:SIZE:COUNT`` pairs, SIZE in KiB) or, unset, 32 MiB on
+  compute capability 9.x and later (pytorch/pytorch#120925) and ``:4096:2:16:8``
+  (8.125 MiB) before; forward and the autograd thread each hold a handle. Allocated through
+  the caching allocator. Transformer Engine's linears run their GEMMs on a cuBLASLt
+  workspace of their own, one tensor allocated through the same allocator
+  (transformer_engine/pytorch/module/base.py ``get_workspace``, sized by
+  ``get_cublas_workspace_size_bytes``: 32 MiB on compute capability 9 and later, 4 MiB
+  before). Megatron's functional tests show the sum: their allocated bytes after a step
+  exceed the model states by 2 x 32 MiB + 32 MiB on an H100 and 2 x 32 MiB (their
+  ``CUBLAS_WORKSPACE_CONFIG=:4096:8``) + 4 MiB on an A100, to within a MB.
 * NCCL: about 1.6 GB for one communicator after an all-reduce, about 6 GB
   with three or more (NVIDIA/nccl#864, #2363); allocated outside torch.
 * Caching allocator: segments are rounded and fragment; reserved exceeds
@@ -50,11 +59,42 @@ class Overheads:
     nccl: float
 
 
-def cublas_workspace_bytes(gpu: GpuSpec | None) -> float:
-    """Two cuBLAS workspaces (forward stream and autograd thread)."""
-    cc = float(gpu.compute_capability) if gpu and gpu.compute_capability else 8.0
-    per_handle = 32 * MIB if cc >= 9.0 else 4 * MIB
-    return 2 * per_handle
+TORCH_CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
+"""PyTorch's default cuBLAS workspace per handle before compute capability 9 (``:4096:2:16:8``)."""
+TORCH_CUBLAS_WORKSPACE_BYTES_SM90 = 4096 * 1024 * 8
+"""PyTorch's default on compute capability 9.x and later (32 MiB)."""
+TE_WORKSPACE_BYTES = 4_194_304
+TE_WORKSPACE_BYTES_SM90 = 33_554_432
+"""Transformer Engine's cuBLASLt workspace before and from compute capability 9."""
+
+
+def cublas_config_bytes(config: str) -> float:
+    """Bytes per handle that a ``CUBLAS_WORKSPACE_CONFIG`` value asks for: the sum of
+    SIZE KiB x COUNT over its ``:SIZE:COUNT`` pairs (PyTorch's parser)."""
+    values = [int(v) for v in config.split(":")[1:]]
+    return float(
+        sum(size * 1024 * count for size, count in zip(values[::2], values[1::2], strict=True))
+    )
+
+
+def _major(gpu: GpuSpec | None) -> int:
+    cc = gpu.compute_capability if gpu and gpu.compute_capability else "8.0"
+    return int(str(cc).split(".")[0])
+
+
+def cublas_workspace_bytes(
+    gpu: GpuSpec | None, per_handle: float | None = None, *, te: bool = False
+) -> float:
+    """Two PyTorch cuBLAS workspaces (forward stream and autograd thread) of ``per_handle``
+    bytes each (default: PyTorch's for the GPU), plus Transformer Engine's own workspace
+    where its linears run (``te``)."""
+    major = _major(gpu)
+    if per_handle is None:
+        per_handle = (
+            TORCH_CUBLAS_WORKSPACE_BYTES_SM90 if major >= 9 else TORCH_CUBLAS_WORKSPACE_BYTES
+        )
+    te_bytes = (TE_WORKSPACE_BYTES_SM90 if major >= 9 else TE_WORKSPACE_BYTES) if te else 0
+    return 2 * per_handle + te_bytes
 
 
 def nccl_bytes(communicators: int) -> float:

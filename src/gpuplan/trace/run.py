@@ -876,6 +876,7 @@ def _traced_estimate(spec: Any, analytic: Any, part: RankSlice | None) -> Any:
         reserve_note,
         restate_reserve,
         squeezed_reserve,
+        workspace_bytes,
     )
 
     st = analytic.strategy
@@ -889,7 +890,7 @@ def _traced_estimate(spec: Any, analytic: Any, part: RankSlice | None) -> Any:
     cats, shard_note = _sharded_peak(traced, spec, st, stage or "first")
     model_bytes = sum(cats.values())
     m = analytic.memory
-    cublas = ovh.cublas_workspace_bytes(analytic.gpu)
+    cublas = workspace_bytes(job, analytic.gpu)
     allocated = model_bytes + cublas
     steady = ovh.allocator_reserve_bytes(allocated)
     extra = m.device_used_bytes - m.peak_reserved_bytes  # context + NCCL
