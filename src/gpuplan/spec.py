@@ -583,7 +583,8 @@ class JobSpec(_Spec):
     @classmethod
     def _cublas_config(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"(:[0-9]{1,7}:[0-9]{1,4})+", v):
-            raise ValueError(f"{v!r} is not ':SIZE:COUNT' pairs (SIZE in KiB), e.g. ':4096:8'")
+            shown = repr(v) if len(v) <= 40 else repr(v[:40]) + "..."
+            raise ValueError(f"{shown} is not ':SIZE:COUNT' pairs (SIZE in KiB), e.g. ':4096:8'")
         return v
 
     @model_validator(mode="after")

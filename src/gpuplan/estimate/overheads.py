@@ -63,9 +63,10 @@ TORCH_CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
 """PyTorch's default cuBLAS workspace per handle before compute capability 9 (``:4096:2:16:8``)."""
 TORCH_CUBLAS_WORKSPACE_BYTES_SM90 = 4096 * 1024 * 8
 """PyTorch's default on compute capability 9.x and later (32 MiB)."""
-TE_WORKSPACE_BYTES = 4_194_304
-TE_WORKSPACE_BYTES_SM90 = 33_554_432
-"""Transformer Engine's cuBLASLt workspace before and from compute capability 9."""
+TE_WORKSPACE_BYTES = 4 * MIB
+"""Transformer Engine's cuBLASLt workspace before compute capability 9."""
+TE_WORKSPACE_BYTES_SM90 = 32 * MIB
+"""Transformer Engine's cuBLASLt workspace from compute capability 9."""
 
 
 def cublas_config_bytes(config: str) -> float:
