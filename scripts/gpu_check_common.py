@@ -52,7 +52,7 @@ EXIT_MISSING_PACKAGE = 4
 # fmt: off
 MEMORY_COLUMNS: tuple[str, ...] = (
     "id", "status", "spec", "gpu", "count", "metric", "measured", "unit", "cuda_context_mib",
-    "source", "what_was_measured", "notes",
+    "memory_total_mib", "source", "what_was_measured", "notes",
 )
 # fmt: on
 """Header of ``validation/memory.csv`` (tests check it against the file)."""

@@ -105,7 +105,9 @@ def test_the_allocator_reserve_shrinks_to_what_the_device_leaves() -> None:
 
 
 def test_a_batch_that_fills_the_card_fits_with_a_squeezed_reserve() -> None:
-    """Lambda's BERT-base fp16 batch 96 ran on an RTX 4090; its usual 8% reserve would not fit."""
+    """BERT-base fp16 at batch 100 on an RTX 4090 (Lambda's batch 96 ran there): the usual
+    reserve would not fit. Batch 96 itself needed the squeeze until the reserve went from 9% to
+    7% on 2026-12-05; it now fits with the whole reserve, at 99.2% of the card."""
     spec = parse_spec(
         {
             "model": "bert-base",
@@ -114,7 +116,7 @@ def test_a_batch_that_fills_the_card_fits_with_a_squeezed_reserve() -> None:
             "precision": "fp16-mixed",
             "optimizer": "adamw",
             "optimizer_impl": "fused",
-            "micro_batch_size": 96,
+            "micro_batch_size": 100,
             "attention": "eager",
             "framework": "apex",
         }
@@ -124,7 +126,7 @@ def test_a_batch_that_fills_the_card_fits_with_a_squeezed_reserve() -> None:
     reserve = m.details["overhead: caching-allocator reserve"]
     assert m.fits
     assert m.device_used_bytes == pytest.approx(m.capacity_bytes)
-    assert 256 * 2**20 <= reserve < 0.08 * m.peak_allocated_bytes
+    assert 256 * 2**20 <= reserve < 0.07 * m.peak_allocated_bytes
     assert any("frees its cached blocks" in a for a in m.assumptions)
     assert m.reserve_squeezed
     assert res.verdict == "tight"  # the upper bound does not fit

@@ -211,7 +211,8 @@ def test_loss_chunks_override_the_framework(cat) -> None:  # type: ignore[no-unt
     )
     assert saved == pytest.approx(-tokens * vocab * 2, rel=1e-6)
     transient = whole.details["activations: loss/logits gradients (start of backward)"]
-    assert transient == pytest.approx(tokens * vocab * 6, rel=1e-6)
+    # nll_loss's fp32 gradient and log-softmax backward's fp32 output (4 + 4 bytes a logit)
+    assert transient == pytest.approx(tokens * vocab * 8, rel=1e-6)
     assert whole.peak_allocated_bytes > chunked.peak_allocated_bytes
     with pytest.raises(GpuPlanError, match="loss_chunks"):
         spec(loss_chunks=0)

@@ -82,8 +82,9 @@ def test_deepspeed_zero1_is_about_half_of_pytorch_amp(a100: GpuSpec) -> None:
     amp = fit(_full("hf", "zero1"), a100, 64).memory
     ds = fit(_full("deepspeed", "zero1"), a100, 64).memory
     # the issue measured 70.6 GiB with an 8% allocator reserve; refitted to 12% on 2026-12-03
-    # (73.2 GiB), to 9% on 2026-12-04 when the rows measured on an H200 joined
-    assert amp.device_used_bytes / 2**30 == pytest.approx(71.2, abs=1.0)
+    # (73.2 GiB), to 9% on 2026-12-04 when the rows measured on an H200 joined (71.2 GiB), to 7%
+    # on 2026-12-05 with the eager loss's backward at three fp32 copies of the logits
+    assert amp.device_used_bytes / 2**30 == pytest.approx(70.0, abs=1.0)
     assert 0.4 < ds.device_used_bytes / amp.device_used_bytes < 0.55
     assert ds.details["gradients: reduction buckets"] == DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2
     params = model_shape("llama-2-7b").params_total
@@ -237,7 +238,7 @@ def test_a_compiled_loss_writes_the_logits_gradient_in_16_bits(a100: GpuSpec) ->
     compiled = fit(parse_spec({**kw, "compile": True}), a100).memory
     tokens, vocab = 2 * 4096, model_shape("llama-3.2-3b").vocab
     key = "activations: loss/logits gradients (start of backward)"
-    assert eager.details[key] == pytest.approx(tokens * vocab * 6)
+    assert eager.details[key] == pytest.approx(tokens * vocab * 8)  # two fp32 copies
     assert compiled.details[key] == pytest.approx(tokens * vocab * 2)
 
 

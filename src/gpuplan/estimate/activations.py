@@ -579,5 +579,10 @@ def backward_transient_per_token(shape: Shape, num: Numerics) -> float:
         # dtype: no fp32 gradient (a model that returns fp32 logits, as torchtune's, still
         # gets the fp32 gradient and casts it back outside the compiled loss)
         return num.act_bytes * shape.vocab / max(1, num.loss_chunks)
-    # fp32 gradient of the log-softmax and its cast back to the logits dtype, per chunk
-    return (FP32 + num.act_bytes) * shape.vocab / max(1, num.loss_chunks)
+    # eager log_softmax + nll_loss: at ``_log_softmax_backward_data`` nll_loss's dense fp32
+    # gradient (its input, still held by the autograd engine) and the new fp32 output live
+    # beside the saved log-softmax (a head item): 8 bytes a logit on top of it, per chunk. The
+    # cast back to the logits dtype comes after nll_loss's gradient is released (4 + 2 bytes).
+    # Measured with a dispatch-level tracker of live storages (docs/accuracy.md, "The eager
+    # loss's backward"); until 2026-12-05 this was the fp32 gradient plus its cast.
+    return 2 * FP32 * shape.vocab / max(1, num.loss_chunks)

@@ -414,7 +414,7 @@ def _Step(model: Any, family: str, stage: PipelineStage | None) -> Any:  # noqa:
 def _loss(
     model: Any, family: str, stage: PipelineStage | None, inputs: Any, labels: Any, head: bool
 ) -> Any:
-    """Forward and loss of one traced micro-batch.
+    """Forward and loss of one traced micro-batch (a decoder head returns its whole output).
 
     ``inputs`` are token ids, or hidden states on the last pipeline stage. A pipeline stage
     that sends its output on backpropagates from a gradient of that output's shape and dtype
@@ -427,7 +427,10 @@ def _loss(
     if family != "decoder":
         return model(**{key: inputs}).last_hidden_state.float().pow(2).mean()
     if stage is None or (stage == "last" and head):
-        return model(**{key: inputs}, labels=labels).loss
+        # the whole output, not its loss: the caller holds it through backward, so the 16-bit
+        # logits stay referenced as in a loop that keeps ``outputs`` (the ``hf`` path's
+        # assumption, ``gpuplan.estimate.frameworks``)
+        return model(**{key: inputs}, labels=labels)
     return model.base_model(**{key: inputs}).last_hidden_state.float().sum()
 
 
@@ -553,8 +556,8 @@ def _trace_once(
                 cast.clear_cache()
             with cast if cast is not None else contextlib.nullcontext():
                 losses = root(batches)
-            for (x, _), loss in zip(batches, losses, strict=True):
-                loss.backward()
+            for (x, _), out in zip(batches, losses, strict=True):
+                (out.loss if hasattr(out, "loss") else out).backward()
                 x.grad = None  # the gradient sent to the previous stage
             del losses, batches
             if it == 1:  # restart the peak: what follows is the optimizer phase's own peak
