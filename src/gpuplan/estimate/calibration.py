@@ -112,9 +112,10 @@ def for_gpu(eff: ArchEfficiency, gpu: GpuSpec, fp32_prior: float | None = None) 
     left as it is; plain fp32 (CUDA cores) takes the GPU's own measured SGEMM fraction where one
     is cited, else ``fp32_prior``, its compute capability's (:func:`_with_fp32`). Where a figure
     is missing, its values are left unchanged. No scaled value goes above the datasheet peak or
-    the card's own measured fraction of it, whichever is higher: the RTX 3090's GEMMs run at 108% of the peak its
-    datasheet quotes at the rated boost clock, which a ceiling of 1.0 clipped to 100% (before
-    2026-12-04; docs/accuracy.md, "GeForce GEMMs above the datasheet peak").
+    the card's own measured fraction of it, whichever is higher: the RTX 3090's GEMMs run at
+    108% of the peak its datasheet quotes at the rated boost clock, which a ceiling of 1.0
+    clipped to 100% (before 2026-12-04; docs/accuracy.md, "GeForce GEMMs above the datasheet
+    peak").
     """
     frac = gpu.matmul_fraction
     if frac is not None and eff.matmul_reference is not None:

@@ -555,11 +555,11 @@ def _trace_once(
             if cast is not None:
                 cast.clear_cache()
             with cast if cast is not None else contextlib.nullcontext():
-                losses = root(batches)
-            for (x, _), out in zip(batches, losses, strict=True):
+                outputs = root(batches)  # a head's whole output, held through backward
+            for (x, _), out in zip(batches, outputs, strict=True):
                 (out.loss if hasattr(out, "loss") else out).backward()
                 x.grad = None  # the gradient sent to the previous stage
-            del losses, batches
+            del outputs, batches
             if it == 1:  # restart the peak: what follows is the optimizer phase's own peak
                 before_step = tracker.get_tracker_snapshot("peak")
                 tracker._peak_mem_snap = tracker.get_tracker_snapshot()
