@@ -988,6 +988,31 @@ def test_evaluation_adds_forward_passes_to_the_run(cat, model: str) -> None:  # 
     assert any(a.startswith("evaluation: 6400 samples") for a in with_eval.assumptions)
 
 
+def test_each_evaluation_pass_rounds_up_and_fills_the_pipeline(cat) -> None:  # type: ignore[no-untyped-def]
+    """work.evaluations splits eval_samples into passes: each rounds its last micro-batch up
+    (100 samples over 8 ranks at micro-batch 1 are 13 forwards a pass, not 12.5), and under
+    pipeline parallelism each pass fills the stages again (pp - 1 more forwards a pass)."""
+    work = {"samples": 64_000, "eval_samples": 1_000}
+    one = _ttt(cat, work, micro_batch_size=1)
+    ten = _ttt(cat, {**work, "evaluations": 10}, micro_batch_size=1)
+    assert ten.eval_s / one.eval_s == pytest.approx(10 * 13 / 125)
+    assert any("in 10 passes" in a for a in ten.assumptions)
+    pp = {"micro_batch_size": 1, "parallelism": {"pp": 4, "sharding": "zero1"}}
+    one_pp = _ttt(cat, work, **pp)
+    ten_pp = _ttt(cat, {**work, "evaluations": 10}, **pp)
+    # dp 2: 500 samples a rank; one pass is 500 + 3 forwards, ten are 10 x (50 + 3)
+    assert ten_pp.eval_s / one_pp.eval_s == pytest.approx(10 * 53 / 503)
+
+
+def test_evaluations_need_eval_samples(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec = tmp_path / "job.yaml"
+    spec.write_text("model: gpt2\nwork: {samples: 1000, evaluations: 4}\n")
+    result = cli("estimate", str(spec), "--gpu", "H100-SXM", "--json")
+    assert result.exit_code == 2
+    assert "evaluations" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) <= 2
+
+
 def test_eval_samples_is_checked(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     spec = tmp_path / "job.yaml"
     spec.write_text("model: gpt2\nwork: {samples: 1000, eval_samples: -5}\n")

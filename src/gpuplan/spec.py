@@ -320,6 +320,14 @@ class WorkSpec(_Spec):
         description="Samples evaluated (forward only) over the whole run, e.g. 8 validation "
         "passes of 173 samples = 1384; their time is added to time_to_train.",
     )
+    evaluations: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        description="How many evaluation passes eval_samples is split into (default 1; a mean "
+        "over runs may be fractional). Each pass rounds its last micro-batch up and fills the "
+        "pipeline stages again.",
+    )
 
     @field_validator("tokens", "samples", "steps", "eval_samples", mode="before")
     @classmethod
@@ -340,6 +348,8 @@ class WorkSpec(_Spec):
             raise ValueError("give exactly one of {tokens: N}, {samples: N, epochs: E}, {steps: N}")
         if self.epochs is not None and self.samples is None:
             raise ValueError("epochs needs samples")
+        if self.evaluations is not None and not self.eval_samples:
+            raise ValueError("evaluations needs eval_samples (the samples they evaluate in all)")
         return self
 
 

@@ -164,15 +164,21 @@ def _optimizer_bytes_per_param(
 
 
 def _eval_time(
-    eval_samples: int | None, st: Strategy, forward_s: float, eff: ArchEfficiency
+    eval_samples: int | None,
+    evaluations: float | None,
+    st: Strategy,
+    forward_s: float,
+    eff: ArchEfficiency,
 ) -> float:
-    """Seconds of forward-only evaluation over the run: ``eval_samples`` split over the
-    data-parallel ranks in training-size micro-batches, each stage's forward in turn (a pipeline
-    fills once per evaluation run), with the same step overhead as training."""
+    """Seconds of forward-only evaluation over the run: ``eval_samples`` in ``evaluations``
+    equal passes (one where not given), each split over the data-parallel ranks in
+    training-size micro-batches, its last one rounded up, and each stage's forward in turn (a
+    pipeline fills once per pass), with the same step overhead as training."""
     if not eval_samples:
         return 0.0
-    micro_batches = math.ceil(eval_samples / (st.micro_batch_size * st.dp))
-    return (micro_batches + st.pp - 1) * forward_s * (1 + eff.step_overhead)
+    passes = evaluations or 1.0
+    per_pass = math.ceil(eval_samples / passes / (st.micro_batch_size * st.dp))
+    return passes * (per_pass + st.pp - 1) * forward_s * (1 + eff.step_overhead)
 
 
 def time_lengths(shape: Shape, job: MemoryJob) -> tuple[int, int]:
@@ -843,12 +849,15 @@ def estimate_time(
     mfu = model_flops_step / (step * gpus * peak)
     steps = _work_steps(work, global_samples, tokens_per_sample)
     eval_samples: int | None = getattr(work, "eval_samples", None)
-    eval_s = _eval_time(eval_samples, st, ct.forward_s / virt, eff)
+    evaluations: float | None = getattr(work, "evaluations", None)
+    eval_s = _eval_time(eval_samples, evaluations, st, ct.forward_s / virt, eff)
     ttt = steps * step + eval_s if steps is not None else None
     if eval_s:
         assumptions.append(
-            f"evaluation: {eval_samples} samples forward only, {eval_s:.0f} s in all, at the "
-            "training micro-batch over the data-parallel ranks (pipeline stages fill once)"
+            f"evaluation: {eval_samples} samples forward only in {evaluations or 1:g} "
+            f"pass{'' if (evaluations or 1) == 1 else 'es'}, {eval_s:.0f} s in all, at the "
+            "training micro-batch over the data-parallel ranks (each pass rounds its last "
+            "micro-batch up; pipeline stages fill once a pass)"
         )
     parts = {
         **{k: m * v / virt for k, v in ct.parts.items()},
