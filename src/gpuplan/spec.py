@@ -499,6 +499,18 @@ class JobSpec(_Spec):
         "optimizer, no autocast; sharding none only). It decides what each "
         "`parallelism.sharding` value keeps per parameter.",
     )
+    pytorch_version: str | None = Field(
+        default=None,
+        pattern=r"^\d+\.\d+(\.\d+)?$",
+        description="The PyTorch release the job runs, e.g. '1.13.1' (default: a current one). "
+        "From 2.1, torch.utils.checkpoint's non-reentrant implementation stops recomputing a "
+        "checkpointed block once every tensor its backward saved is back "
+        "(set_checkpoint_early_stop, default on): in a pre-norm decoder layer the last "
+        "projection's output is never saved, so its GEMM is not run again. It applies under "
+        "frameworks whose checkpointing is that implementation (torchtune, torchtitan, "
+        "llmfoundry); Megatron's, DeepSpeed's and Hugging Face's default (reentrant) "
+        "checkpointing recompute the whole forward.",
+    )
     compile: bool = Field(
         default=False,
         description="torch.compile: pointwise intermediates are recomputed (memory); element-wise "

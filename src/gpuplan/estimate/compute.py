@@ -230,6 +230,7 @@ def transformer_step(
     kernels_per_layer: int = KERNELS_PER_LAYER,
     fp8_transposes: bool = True,
     head_aligned: bool = True,
+    recompute_stops_early: bool = False,
 ) -> ComputeTime:
     """Compute time of the worst pipeline stage for one micro-batch.
 
@@ -254,6 +255,8 @@ def transformer_step(
     ``head_aligned``: the LM head's vocabulary rows on this rank are a multiple of
     :data:`GEMM_ALIGN_ELEMENTS` (:func:`head_is_aligned`); otherwise its three GEMMs take
     :data:`UNALIGNED_GEMM_SLOWDOWN` times as long.
+    ``recompute_stops_early``: full checkpointing's recompute stops before the layer's last
+    projection (:func:`recompute_skips_last_linear`).
     """
     ctx = attention_seq or seq
     # a GEMM's fixed cost (launch, tail, wave quantisation) is a time: in FLOPs it grows
@@ -269,6 +272,7 @@ def transformer_step(
     cast_bytes = 0.0
     t_gemm_kept = 0.0  # forward GEMM time whose output per-op checkpointing keeps
     t_gemm_fwd = 0.0
+    t_last_fwd = 0.0  # forward GEMM time of the layer's last projection
     t_deq = t_deq_kept = 0.0  # one dequantization of the layer's 4-bit base weights (QLoRA)
     mms = [lin for lin in shape.linears if lin.role != "router"]
     kept_linears = {id(lin) for lin in mms[0::2]}
@@ -313,6 +317,8 @@ def transformer_step(
         )
         t_gemm += t_all
         t_gemm_fwd += t_lin
+        if lin.role != "router":
+            t_last_fwd = t_lin
         deq = 0.0
         if tr.quantized_base and lin.role != "router":
             w = lin.in_features * lin.out_features / tp * lin.count
@@ -371,6 +377,8 @@ def transformer_step(
     per_layer = t_gemm + t_attn + t_elem + t_launch + 2 * t_deq + t_adapt
     if st.activation_checkpointing == "full":
         per_layer += layer_fwd_share
+        if recompute_stops_early and recompute_skips_last_linear(shape, tr):
+            per_layer -= t_last_fwd
     elif st.activation_checkpointing == "selective":
         per_layer += t_attn_fwd
     elif st.activation_checkpointing == "selective-op":
@@ -442,6 +450,23 @@ def transformer_step(
             "lm head + loss": head_s,
         },
     )
+
+
+def recompute_skips_last_linear(shape: Shape, tr: Trainable) -> bool:
+    """Whether a recompute that stops once the layer's saved tensors are back
+    (:attr:`gpuplan.estimate.frameworks.Framework.checkpoint_early_stop`) skips the GEMM of
+    the layer's last projection. Autograd saves a matmul's inputs before it runs it, and in a
+    pre-norm decoder layer nothing saves that projection's output (the residual add keeps
+    nothing). Not where something after it saves: a residual dropout's mask, a mixture of
+    experts' routing weights (which scale the experts' outputs), a LoRA branch on that
+    projection (its up-projection's input is saved after the base GEMM has run), or a 4-bit
+    base (its dequantized weight). Encoders (post-norm: the layer ends in a norm, which saves
+    its input) are not decoders."""
+    mms = [lin for lin in shape.linears if lin.role != "router"]
+    if shape.family != "decoder" or not mms or shape.hidden_dropout > 0:
+        return False
+    last = mms[-1]
+    return last.count == 1 and last.role not in tr.lora_roles and not tr.quantized_base
 
 
 EAGER_PASSES = {"batchnorm": 8, "relu": 5, "add": 6}

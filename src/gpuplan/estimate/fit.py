@@ -14,7 +14,7 @@ from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
 from gpuplan.estimate import bounds as bnd
 from gpuplan.estimate import overheads as ovh
-from gpuplan.estimate.frameworks import DS_COALESCED_GATHERS, FRAMEWORKS
+from gpuplan.estimate.frameworks import CHECKPOINT_EARLY_STOP, DS_COALESCED_GATHERS, FRAMEWORKS
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
     DEFAULT_SAFETY_MARGIN,
@@ -203,6 +203,10 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         zero3_parameter_gathers=spec.deepspeed is not None
         and spec.deepspeed.version is not None
         and release(spec.deepspeed.version) < DS_COALESCED_GATHERS,
+        recompute_stops_early=FRAMEWORKS[spec.framework].checkpoint_early_stop
+        and (
+            spec.pytorch_version is None or release(spec.pytorch_version) >= CHECKPOINT_EARLY_STOP
+        ),
     )
 
 

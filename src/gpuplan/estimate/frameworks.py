@@ -153,6 +153,21 @@ class Framework:
     the linear that needs them, so under ``parallelism.tp_comm_overlap: auto`` the time model
     hides none of them (torchtitan's async TP, off by default, overlaps them: state it as
     ``pipelined``)."""
+    checkpoint_early_stop: bool = False
+    """Activation checkpointing is ``torch.utils.checkpoint``'s non-reentrant implementation,
+    which since PyTorch 2.1 stops recomputing a block once every tensor its backward saved is
+    back (``_checkpoint_without_reentrant_generator``, ``set_checkpoint_early_stop``, on by
+    default: pytorch/pytorch#96866, 2023-03). Autograd saves an op's inputs before it runs the
+    op, so the recompute of a pre-norm decoder layer ends when its last projection has saved
+    its input, before that projection's GEMM (the layer's output, the residual sum, is saved by
+    nobody). torchtune (``training.set_activation_checkpointing``: torch's
+    ``apply_activation_checkpointing`` with ``checkpoint_wrapper``, ``CheckpointImpl.NO_REENTRANT``
+    by default), torchtitan (``ptd_checkpoint_wrapper``, no reentrant) and llm-foundry (its
+    yamls set ``fsdp_config.activation_checkpointing_reentrant: false``) run it; Megatron
+    (``tensor_parallel.checkpoint``'s ``CheckpointFunction``), DeepSpeed's and Hugging Face's
+    ``gradient_checkpointing_enable`` (``use_reentrant=True`` unless told otherwise) recompute
+    the whole forward. Counted on torch 2.13 (CPU): a checkpointed pre-norm block's backward runs
+    5 of its 6 forward matmuls again without reentrance, all 6 with it."""
     unties_embeddings: bool = False
     """The engine builds its own model with a separate LM head, so a checkpoint with tied word
     embeddings is loaded into two weights: LitGPT's ``GPT`` has an ``nn.Linear`` lm_head
@@ -190,6 +205,7 @@ FRAMEWORKS: dict[str, Framework] = {
     ),
     "torchtune": Framework(
         name="torchtune",
+        checkpoint_early_stop=True,
         python_gelu=False,
         loss_chunks=8,
         default_optimizer_impl="foreach",
@@ -225,6 +241,7 @@ FRAMEWORKS: dict[str, Framework] = {
     ),
     "llmfoundry": Framework(
         name="llmfoundry",
+        checkpoint_early_stop=True,
         python_gelu=False,
         loss_chunks=1,
         default_optimizer_impl="foreach",
@@ -235,6 +252,7 @@ FRAMEWORKS: dict[str, Framework] = {
     ),
     "torchtitan": Framework(
         name="torchtitan",
+        checkpoint_early_stop=True,
         python_gelu=False,
         loss_chunks=1,
         default_optimizer_impl="fused",
@@ -245,6 +263,10 @@ FRAMEWORKS: dict[str, Framework] = {
     ),
 }
 
+
+CHECKPOINT_EARLY_STOP = (2, 1)
+"""First PyTorch release whose non-reentrant checkpoint stops recomputing early by default
+(:attr:`Framework.checkpoint_early_stop`)."""
 
 DS_COALESCED_GATHERS = (0, 6, 0)
 """First DeepSpeed release whose ZeRO-3 fetch gathers a module's parameters in one call

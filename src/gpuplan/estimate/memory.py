@@ -143,6 +143,10 @@ class MemoryJob:
     """DeepSpeed before 0.6.0 (spec ``deepspeed.version``): ZeRO-3 gathers each parameter on
     its own, a device synchronize before each (time), and has no gradient partition buffer
     allocated at init (memory: ``StateLayout.grads_persistent`` does not apply)."""
+    recompute_stops_early: bool = False
+    """The job's activation checkpointing stops recomputing a layer once its saved tensors are
+    back (:attr:`gpuplan.estimate.frameworks.Framework.checkpoint_early_stop`, PyTorch 2.1 on:
+    spec ``pytorch_version``); decides time, not memory."""
     optimizer_in_backward: bool = False
     """Each parameter is stepped in its post-accumulate-grad hook and its gradient freed
     (torchtune ``training/memory.py``, ``register_optim_in_bwd_hooks``: ``step()`` then

@@ -42,6 +42,7 @@ from gpuplan.estimate.compute import (
     fp8_needs_transposes,
     head_is_aligned,
     peak_flops,
+    recompute_skips_last_linear,
     transformer_step,
 )
 from gpuplan.estimate.frameworks import (
@@ -539,12 +540,23 @@ def estimate_time(
             kernels_per_layer=kernels,
             fp8_transposes=fp8_needs_transposes(gpu.compute_capability),
             head_aligned=head_aligned,
+            recompute_stops_early=job.recompute_stops_early,
             adapter_peak=peak_flops(
                 gpu, "fp32" if adapter_b == 4 and not adapter.autocast else "bf16"
             ),
         )
         if not full:
             assumptions.append(_adapter_assumption(adapter))
+        if (
+            st.activation_checkpointing == "full"
+            and job.recompute_stops_early
+            and recompute_skips_last_linear(shape, tr)
+        ):
+            assumptions.append(
+                f"recompute: {job.framework}'s non-reentrant checkpointing stops once a layer's "
+                "saved tensors are back (PyTorch 2.1 on), before its last projection, whose "
+                "output nothing saves: that GEMM is not run again"
+            )
         if not job.fused_attention:
             assumptions.append(
                 f"eager attention: every score read or written {score_passes} times a step "
