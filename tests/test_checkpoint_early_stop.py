@@ -136,10 +136,24 @@ def test_where_the_last_projection_still_runs() -> None:
     assert not recompute_skips_last_linear(shape_of(load_model("gpt2")), full)  # resid dropout
 
 
-def test_pytorch_version_is_checked(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    ("text", "field", "says"),
+    [
+        ("pytorch_version: two", "pytorch_version", "pytorch_version"),
+        ("pytorch_version: 2.10", "pytorch_version", "quoted"),
+        ("framework: deepspeed\ndeepspeed: {version: 0.5}", "deepspeed.version", "quoted"),
+    ],
+)
+def test_a_release_is_checked(cli, tmp_path: Path, text: str, field: str, says: str) -> None:  # type: ignore[no-untyped-def]
+    """A release must be a quoted dotted number: an unquoted YAML 2.10 would read as 2.1."""
     spec = tmp_path / "job.yaml"
-    spec.write_text("model: gpt2\npytorch_version: two\n")
+    spec.write_text(f"model: gpt2\n{text}\n")
     result = cli("estimate", str(spec), "--gpu", "H100-SXM", "--json")
     assert result.exit_code == 2
-    assert "pytorch_version" in result.output and "Traceback" not in result.output
+    assert field in result.output and says in result.output
+    assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) <= 2
+
+
+def test_a_quoted_release_is_taken() -> None:
+    assert parse_spec({"model": "gpt2", "pytorch_version": "2.10"}).pytorch_version == "2.10"

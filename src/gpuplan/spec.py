@@ -142,6 +142,12 @@ class DeepSpeedSpec(_Spec):
         description="zero_optimization.sub_group_size, in elements (default 1e9): ZeRO-3 steps "
         "the optimizer one sub-group at a time, materialising its fp32 gradient.",
     )
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _deepspeed_release(cls, value: Any) -> Any:
+        return _quoted_release(value)
+
     overlap_comm: bool | None = Field(
         default=None,
         description="zero_optimization.overlap_comm (default: on for ZeRO-3, off for stages "
@@ -601,6 +607,11 @@ class JobSpec(_Spec):
         default=None, description="Dataset/checkpoint sizes for transfer and storage costs."
     )
 
+    @field_validator("pytorch_version", mode="before")
+    @classmethod
+    def _pytorch_release(cls, value: Any) -> Any:
+        return _quoted_release(value)
+
     @field_validator("cublas_workspace_config")
     @classmethod
     def _cublas_config(cls, v: str | None) -> str | None:
@@ -736,6 +747,17 @@ class JobSpec(_Spec):
     def compute_dtype(self) -> str:
         """The hardware dtype of the step's matmuls (bf16, fp16, fp8, tf32, fp32)."""
         return COMPUTE_DTYPE[self.precision]
+
+
+def _quoted_release(value: Any) -> Any:
+    """A release written as a YAML number loses its trailing zeros (2.10 reads as 2.1): ask
+    for it quoted rather than guess."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError(
+            f"write the release quoted, e.g. '{value}' (a YAML number drops trailing zeros: "
+            "2.10 reads as 2.1)"
+        )
+    return value
 
 
 def release(text: str) -> tuple[int, ...]:
