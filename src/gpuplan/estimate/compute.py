@@ -459,9 +459,10 @@ def recompute_skips_last_linear(shape: Shape, tr: Trainable) -> bool:
     pre-norm decoder layer nothing saves that projection's output (the residual add keeps
     nothing). Not where something after it saves: a residual dropout's mask, a mixture of
     experts' routing weights (which scale the experts' outputs), a LoRA branch on that
-    projection (its up-projection's input is saved after the base GEMM has run), or a 4-bit
-    base (its dequantized weight). Encoders (post-norm: the layer ends in a norm, which saves
-    its input) are not decoders."""
+    projection (its up-projection's input is saved after the base GEMM has run); a 4-bit base
+    is left out too (bitsandbytes' and torchao's 4-bit matmuls are autograd Functions of their
+    own, whose saving is not read here). Encoders (post-norm: the layer ends in a norm, which
+    saves its input) are not decoders."""
     mms = [lin for lin in shape.linears if lin.role != "router"]
     if shape.family != "decoder" or not mms or shape.hidden_dropout > 0:
         return False
