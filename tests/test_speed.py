@@ -1004,21 +1004,20 @@ def test_each_evaluation_pass_rounds_up_and_fills_the_pipeline(cat) -> None:  # 
     assert ten_pp.eval_s / one_pp.eval_s == pytest.approx(10 * 53 / 503)
 
 
-def test_evaluations_need_eval_samples(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    ("work", "field"),
+    [
+        ("{samples: 1000, eval_samples: -5}", "eval_samples"),
+        ("{samples: 1000, evaluations: 4}", "evaluations"),  # evaluations need eval_samples
+        ("{samples: 1000, eval_samples: 10, evaluations: 0}", "evaluations"),
+    ],
+)
+def test_evaluation_work_is_checked(cli, tmp_path: Path, work: str, field: str) -> None:  # type: ignore[no-untyped-def]
     spec = tmp_path / "job.yaml"
-    spec.write_text("model: gpt2\nwork: {samples: 1000, evaluations: 4}\n")
+    spec.write_text(f"model: gpt2\nwork: {work}\n")
     result = cli("estimate", str(spec), "--gpu", "H100-SXM", "--json")
     assert result.exit_code == 2
-    assert "evaluations" in result.output and "Traceback" not in result.output
-    assert len(result.output.strip().splitlines()) <= 2
-
-
-def test_eval_samples_is_checked(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    spec = tmp_path / "job.yaml"
-    spec.write_text("model: gpt2\nwork: {samples: 1000, eval_samples: -5}\n")
-    result = cli("estimate", str(spec), "--gpu", "H100-SXM", "--json")
-    assert result.exit_code == 2
-    assert "eval_samples" in result.output and "Traceback" not in result.output
+    assert field in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) <= 2
 
 
