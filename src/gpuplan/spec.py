@@ -517,6 +517,14 @@ class JobSpec(_Spec):
         "llmfoundry); Megatron's, DeepSpeed's and Hugging Face's default (reentrant) "
         "checkpointing recompute the whole forward.",
     )
+    hf_trainer: bool = Field(
+        default=False,
+        description="The step runs in Hugging Face's Trainer or a subclass (TRL's SFTTrainer, "
+        "LLaMA-Factory's): Trainer.compute_loss returns the loss alone, so the model output "
+        "and its 16-bit logits are freed before training_step calls backward. Off: a loop that "
+        "keeps `outputs` through backward, which holds them. Hugging Face model code only "
+        "(framework hf or deepspeed).",
+    )
     compile: bool = Field(
         default=False,
         description="torch.compile: pointwise intermediates are recomputed (memory); element-wise "
@@ -622,6 +630,11 @@ class JobSpec(_Spec):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
+        if self.hf_trainer and self.framework not in ("hf", "deepspeed"):
+            raise ValueError(
+                f"hf_trainer: true runs Hugging Face model code (framework hf or deepspeed), "
+                f"not framework {self.framework}"
+            )
         if self.method in ("lora", "qlora") and self.lora is None:
             object.__setattr__(self, "lora", LoraSpec())
         if self.seq_len is not None and self.image_size is not None:

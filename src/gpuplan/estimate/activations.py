@@ -90,6 +90,11 @@ class Numerics:
     read at torch 2.13) builds ``zeros_like(x)``, ``exp(x)`` and their sum (then that times
     the output gradient) beside the saved fp32 log-softmax: three fp32 copies at once where
     the dense ``nll_loss`` / ``_log_softmax_backward_data`` pair is priced at one."""
+    logits_released: bool = False
+    """The model output, and with it the 16-bit logits, is freed before backward: Hugging
+    Face's ``Trainer.compute_loss`` returns the loss alone (spec ``hf_trainer``); nothing
+    autograd saves needs the 16-bit logits (the loss upcasts them and keeps its own fp32
+    log-softmax)."""
     fused_kernels: bool = False
     """Transformer Engine (Megatron): fused norm + linear keeps the 16-bit norm input and the
     fp32 rstd, the fused SwiGLU keeps its input (and the down projection its own input), and
@@ -548,7 +553,7 @@ def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
             # fp32 logits: the loss keeps its fp32 input (compiled) or log_softmax output
             items.append(Item(name="fp32 logits / log_softmax (loss)", bytes_per_token=FP32 * v))
             return items
-        if a < FP32:
+        if a < FP32 and not num.logits_released:
             # logits kept in the model output; the loss upcasts and log_softmax keeps fp32
             items.append(Item(name="logits (model output)", bytes_per_token=a * v))
         if not num.loss_is_compiled:

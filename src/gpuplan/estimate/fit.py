@@ -203,6 +203,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         zero3_parameter_gathers=spec.deepspeed is not None
         and spec.deepspeed.version is not None
         and release(spec.deepspeed.version) < DS_COALESCED_GATHERS,
+        hf_trainer=spec.hf_trainer,
         recompute_stops_early=FRAMEWORKS[spec.framework].checkpoint_early_stop
         and (
             spec.pytorch_version is None or release(spec.pytorch_version) >= CHECKPOINT_EARLY_STOP

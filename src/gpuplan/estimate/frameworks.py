@@ -6,7 +6,8 @@ Facts read from each project's source (model and loss code):
   fp32 copy; ``gelu_new`` is a Python expression with saved intermediates;
   ``repeat_kv`` materialises grouped K/V; the causal-LM loss upcasts the whole
   logits tensor to fp32 (``ForCausalLMLoss``) and the logits stay referenced
-  by the model output.
+  by the model output through backward in a loop that keeps ``outputs``; Hugging Face's
+  ``Trainer`` frees it first (``compute_loss`` returns the loss alone: spec ``hf_trainer``).
 * ``litgpt``: its own ``model.py``. GELU is ``torch.nn.functional.gelu``
   (saves only its input); the LM head and loss run in chunks
   (``chunked_cross_entropy``, 128-token chunks), so only one chunk's fp32

@@ -143,6 +143,9 @@ class MemoryJob:
     """DeepSpeed before 0.6.0 (spec ``deepspeed.version``): ZeRO-3 gathers each parameter on
     its own, a device synchronize before each (time), and has no gradient partition buffer
     allocated at init (memory: ``StateLayout.grads_persistent`` does not apply)."""
+    hf_trainer: bool = False
+    """The step runs in Hugging Face's Trainer, which frees the model output before backward
+    (spec ``hf_trainer``; ``Numerics.logits_released``)."""
     recompute_stops_early: bool = False
     """The job's activation checkpointing stops recomputing a layer once its saved tensors are
     back (:attr:`gpuplan.estimate.frameworks.Framework.checkpoint_early_stop`, PyTorch 2.1 on:
@@ -762,6 +765,7 @@ def _activation_profile(
         logits_upcast_in_model=chunks == 1
         and (fw.upcast_unchunked_logits or (fw.upcast_in_loss and not job.loss_compiled)),
         loss_parallel=fw.dtensor_tensor_parallel and tp > 1,
+        logits_released=job.hf_trainer,
     )
 
     def rank(items: Iterable[Item]) -> float:
@@ -918,6 +922,11 @@ def activation_notes(shape: Shape, job: MemoryJob, st: Strategy) -> tuple[str, .
         notes.append("fused attention (flash / memory-efficient SDPA): no s^2 buffers")
     else:
         notes.append("eager attention: softmax probabilities (s^2 per head) kept for backward")
+    if job.hf_trainer and shape.family == "decoder":
+        notes.append(
+            "Hugging Face Trainer: compute_loss returns the loss alone, so the model output "
+            "and its 16-bit logits are freed before backward"
+        )
     return tuple(notes)
 
 

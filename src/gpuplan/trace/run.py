@@ -429,7 +429,8 @@ def _loss(
     if stage is None or (stage == "last" and head):
         # the whole output, not its loss: the caller holds it through backward, so the 16-bit
         # logits stay referenced as in a loop that keeps ``outputs`` (the ``hf`` path's
-        # assumption, ``gpuplan.estimate.frameworks``)
+        # assumption, ``gpuplan.estimate.frameworks``), unless the spec says the step runs
+        # in Hugging Face's Trainer (``hf_trainer``), which keeps the loss alone
         return model(**{key: inputs}, labels=labels)
     return model.base_model(**{key: inputs}).last_hidden_state.float().sum()
 
@@ -556,6 +557,10 @@ def _trace_once(
                 cast.clear_cache()
             with cast if cast is not None else contextlib.nullcontext():
                 outputs = root(batches)  # a head's whole output, held through backward
+            if spec.hf_trainer:
+                # Hugging Face's Trainer keeps the loss alone (compute_loss): the output and
+                # its logits are gone before backward
+                outputs = tuple(out.loss if hasattr(out, "loss") else out for out in outputs)
             for (x, _), out in zip(batches, outputs, strict=True):
                 (out.loss if hasattr(out, "loss") else out).backward()
                 x.grad = None  # the gradient sent to the previous stage
