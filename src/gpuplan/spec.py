@@ -142,12 +142,6 @@ class DeepSpeedSpec(_Spec):
         description="zero_optimization.sub_group_size, in elements (default 1e9): ZeRO-3 steps "
         "the optimizer one sub-group at a time, materialising its fp32 gradient.",
     )
-
-    @field_validator("version", mode="before")
-    @classmethod
-    def _deepspeed_release(cls, value: Any) -> Any:
-        return _quoted_release(value)
-
     overlap_comm: bool | None = Field(
         default=None,
         description="zero_optimization.overlap_comm (default: on for ZeRO-3, off for stages "
@@ -156,6 +150,11 @@ class DeepSpeedSpec(_Spec):
         "stages 0 and 1 after backward. On, stages 1 and 2 keep two reduction buckets. Stage 1 "
         "ignores it before DeepSpeed 0.13.0 (see deepspeed.version).",
     )
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _deepspeed_release(cls, value: Any) -> Any:
+        return _quoted_release(value)
 
 
 class MegatronSpec(_Spec):

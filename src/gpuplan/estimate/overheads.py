@@ -34,7 +34,8 @@ Numbers and their sources (``reference/estimators.md``, section 6):
   device-used rows measured on an H200 by scripts/gpu-memory-check.py joined: plain PyTorch
   loops on one GPU reserve 1-11% above what they allocate), 0.12 from 2026-12-03 (26 rows:
   answer.ai's FSDP rows at batch 1 with their PEFT release's 16-bit adapters reserve 20-50%
-  above what they allocate), 0.08 from 2026-12-01, 0.07 before. Some runs fragment far more (FSDP at tiny batches: 20-50%).
+  above what they allocate), 0.08 from 2026-12-01, 0.07 before. Some runs fragment far more
+  (FSDP at tiny batches: 20-50%).
 """
 
 from __future__ import annotations
