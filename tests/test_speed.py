@@ -1010,6 +1010,7 @@ def test_each_evaluation_pass_rounds_up_and_fills_the_pipeline(cat) -> None:  # 
         ("{samples: 1000, eval_samples: -5}", "eval_samples"),
         ("{samples: 1000, evaluations: 4}", "evaluations"),  # evaluations need eval_samples
         ("{samples: 1000, eval_samples: 10, evaluations: 0}", "evaluations"),
+        ("{samples: 1000, eval_samples: 10, evaluations: 11}", "evaluations"),  # a pass, a sample
     ],
 )
 def test_evaluation_work_is_checked(cli, tmp_path: Path, work: str, field: str) -> None:  # type: ignore[no-untyped-def]

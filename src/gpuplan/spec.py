@@ -330,8 +330,8 @@ class WorkSpec(_Spec):
         gt=0,
         le=1e6,
         description="How many evaluation passes eval_samples is split into (default 1; a mean "
-        "over runs may be fractional). Each pass rounds its last micro-batch up and fills the "
-        "pipeline stages again.",
+        "over runs may be fractional; at most eval_samples). Each pass rounds its last "
+        "micro-batch up and fills the pipeline stages again.",
     )
 
     @field_validator("tokens", "samples", "steps", "eval_samples", mode="before")
@@ -355,6 +355,15 @@ class WorkSpec(_Spec):
             raise ValueError("epochs needs samples")
         if self.evaluations is not None and not self.eval_samples:
             raise ValueError("evaluations needs eval_samples (the samples they evaluate in all)")
+        if (
+            self.evaluations is not None
+            and self.eval_samples
+            and self.evaluations > self.eval_samples
+        ):
+            raise ValueError(
+                f"evaluations ({self.evaluations:g}) is more than eval_samples "
+                f"({self.eval_samples}): each pass evaluates at least one sample"
+            )
         return self
 
 
