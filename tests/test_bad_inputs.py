@@ -154,6 +154,12 @@ SPEC_WRONG: list[tuple[str, bytes | str | None]] = [
     ),
     ("deadline-zero", b"model: llama-3-8b\nseq_len: 512\nconstraints: {deadline: 0h}\n"),
     ("unknown-field", b"model: llama-3-8b\nsq_len: 512\n"),
+    # a model reference is a preset id or a path: a name longer than the system allows, or with
+    # a NUL byte, cannot be looked up (``Path.is_file`` raises ENAMETOOLONG)
+    ("model-name-too-long", b"model: " + b"x" * 5000 + b"\n"),
+    ("model-json-name-too-long", b"model: " + b"x" * 5000 + b".json\n"),
+    ("model-name-nul", b'model: "llama\\0-3-8b"\n'),
+    ("model-name-no-such-user", b"model: ~nosuchuser-gpuplan/config.json\n"),
 ]
 USAGE_WRONG: list[tuple[str, bytes | str | None]] = [
     ("usage-gpus-true", b"gpu: H100-SXM\ngpus: true\nhours_per_day: 8\ndays_per_week: 5\n"),
@@ -639,3 +645,17 @@ def test_an_unparsable_compute_capability_is_one_line(
     assert result.exit_code == 2, result.output
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "compute_capability" in lines[0], result.stderr
+
+
+def test_an_unknown_name_is_repeated_only_in_part() -> None:
+    """A name can be a whole file's worth of bytes: the error shows its start and its length,
+    and skips the did-you-mean search over it."""
+    from gpuplan.errors import UnknownNameError
+    from gpuplan.models import load_model
+
+    with pytest.raises(UnknownNameError) as info:
+        load_model("x" * 100_000)
+    line = info.value.one_line()
+    assert "(100000 characters)" in line and len(line) < 2_000
+    with pytest.raises(UnknownNameError, match="did you mean llama-3-8b"):
+        load_model("llama-3-8")

@@ -82,6 +82,10 @@ class ActionError(GpuPlanError):
     """An idle action (stop, terminate, scale-in, webhook) failed."""
 
 
+MAX_NAME_SHOWN = 80
+"""Characters of an unknown name an error repeats (a name can be a whole file's worth)."""
+
+
 class UnknownNameError(GpuPlanError):
     """A name that is not in a known set, with did-you-mean suggestions.
 
@@ -97,10 +101,16 @@ class UnknownNameError(GpuPlanError):
     ) -> None:
         known_list = sorted(set(known), key=str.lower)
         lower = {k.lower(): k for k in known_list}
-        close = difflib.get_close_matches(name.lower(), list(lower), n=3, cutoff=0.5)
+        long = len(name) > MAX_NAME_SHOWN
+        close = (
+            [] if long else difflib.get_close_matches(name.lower(), list(lower), n=3, cutoff=0.5)
+        )
         suggestions = [lower[c] for c in close]
         where = f"{field}: " if field else ""
-        message = f"{where}unknown {kind} {name!r}"
+        shown_name = (
+            f"{name[:MAX_NAME_SHOWN]!r}... ({len(name)} characters)" if long else repr(name)
+        )
+        message = f"{where}unknown {kind} {shown_name}"
         if suggestions:
             message += f"; did you mean {', '.join(suggestions)}?"
         shown = ", ".join(known_list[:40]) + (" ..." if len(known_list) > 40 else "")

@@ -30,6 +30,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from gpuplan.errors import SpecError
 from gpuplan.schema_base import UserModel
 from gpuplan.units import parse_duration_s
+from gpuplan.userfile import path_kind
 
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal[
@@ -870,7 +871,7 @@ def parse_spec(data: Any, *, origin: str = "spec", base_dir: Path | None = None)
     model = data.get("model")
     if isinstance(model, str) and base_dir is not None and model.endswith(".json"):
         path = Path(model)
-        if not path.is_absolute() and (base_dir / path).exists():
+        if not path.is_absolute() and path_kind(base_dir / path) is not None:
             data = {**data, "model": str(base_dir / path)}
     try:
         return JobSpec.model_validate(data)

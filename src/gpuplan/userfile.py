@@ -26,6 +26,21 @@ from typing import Any
 
 from gpuplan.errors import GpuPlanError
 
+
+def path_kind(path: Path) -> str | None:
+    """``"file"``, ``"dir"`` or None (missing, or a name the system cannot look up: too long,
+    a NUL byte, a denied directory), never raising: for a user's string that may be a model
+    preset id or a path (``Path.is_file`` raises on a name longer than the system allows)."""
+    try:
+        if path.is_dir():
+            return "dir"
+        if path.is_file():
+            return "file"
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 #: Largest user file read, in bytes (checked before reading).
 MAX_BYTES = 10 * 2**20
 #: Deepest nesting of mappings and sequences accepted in YAML and JSON.

@@ -28,7 +28,12 @@ def scale_table(
     """One row per (GPU count, interconnect): the fastest fitting configuration's numbers.
 
     Scaling efficiency compares per-GPU throughput with the smallest count that
-    fits on the same interconnect.
+    fits on the same interconnect. A count that cannot run (it does not fit, the batch does
+    not divide) is a row with its ``error``; a problem with the job itself (an unknown model,
+    a precision the GPU lacks), which every row would repeat, is raised instead.
+
+    Raises:
+        GpuPlanError: every row failed, with one and the same error.
     """
     counts = []
     n = 1
@@ -36,6 +41,7 @@ def scale_table(
         counts.append(n)
         n *= 2
     rows: list[dict[str, Any]] = []
+    failures: dict[str, GpuPlanError] = {}
     for intra, fabric in INTERCONNECTS:
         if intra == "nvswitch" and not gpu.nvlink_bandwidth_gb_per_s:
             continue
@@ -55,6 +61,7 @@ def scale_table(
             try:
                 conf = configure(spec, gpu, count, topo, with_scaling=False)
             except GpuPlanError as exc:
+                failures.setdefault(exc.one_line(), exc)
                 rows.append({"gpus": count, "interconnect": label, "error": exc.one_line()})
                 continue
             t = conf.time
@@ -73,4 +80,6 @@ def scale_table(
                     "strategy": conf.strategy.label(),
                 }
             )
+    if rows and len(failures) == 1 and all("error" in r for r in rows):
+        raise next(iter(failures.values()))
     return rows

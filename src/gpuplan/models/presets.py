@@ -178,10 +178,15 @@ def load_model(ref: str) -> ModelConfig:
     info = find_preset(ref)
     if info is not None:
         return _load_preset(info.id)
-    path = Path(ref).expanduser()
-    if path.is_dir():
+    from gpuplan.userfile import path_kind
+
+    try:
+        path = Path(ref).expanduser()
+    except RuntimeError:  # "~user" with no such user
+        path = Path(ref)
+    if path_kind(path) == "dir":
         path = path / "config.json"
-    if path.is_file():
+    if path_kind(path) == "file":
         return _load_file(path.resolve(), path.stat().st_mtime_ns)
     if ref.endswith(".json") or ref.startswith((".", "/", "~")):
         raise SpecError(

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpuplan.errors import SpecError
 from gpuplan.spec import ConstraintsSpec, _describe
 from gpuplan.units import parse_duration_s
+from gpuplan.userfile import path_kind
 
 Weights = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "nf4"]
 Engine = Literal["vllm", "tensorrt-llm", "sglang", "tgi", "hf", "onnxruntime"]
@@ -244,7 +245,7 @@ def parse_serve_spec(
             model = svc.get("model") if isinstance(svc, dict) else None
             if isinstance(model, str) and model.endswith(".json"):
                 path = Path(model)
-                if not path.is_absolute() and (base_dir / path).exists():
+                if not path.is_absolute() and path_kind(base_dir / path) is not None:
                     svc = {**svc, "model": str(base_dir / path)}
             fixed.append(svc)
         data = {**data, "services": fixed}

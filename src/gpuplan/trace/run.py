@@ -67,10 +67,10 @@ def _require_torch() -> Any:
 
 def hf_config_dict(model_ref: str) -> dict[str, Any]:
     """The Hugging Face config of a preset (shipped JSON) or a config.json path."""
-    path = Path(model_ref)
-    if path.suffix == ".json" and path.is_file():
-        from gpuplan.userfile import read_json
+    from gpuplan.userfile import path_kind, read_json
 
+    path = Path(model_ref)
+    if path.suffix == ".json" and path_kind(path) == "file":
         data: dict[str, Any] = read_json(path, what="model", error=SpecError)
         return data
     from gpuplan.models import load_model
