@@ -30,7 +30,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from gpuplan.errors import SpecError
 from gpuplan.schema_base import UserModel
 from gpuplan.units import parse_duration_s
-from gpuplan.userfile import path_kind
+from gpuplan.userfile import parse_yaml, path_kind, read_yaml
 
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal[
@@ -830,7 +830,6 @@ def _describe(exc: ValidationError) -> str:
 
 def _parse_scalar(text: str, key: str) -> Any:
     from gpuplan.errors import GpuPlanError
-    from gpuplan.userfile import parse_yaml
 
     try:
         return parse_yaml(text, what=f"--set {key}", path=None, error=SpecError)
@@ -892,7 +891,6 @@ def spec_from_text(
     :func:`gpuplan.userfile.parse_yaml`, so a body is refused (alias bombs, deep
     nesting, duplicate keys) exactly as :func:`load_spec` refuses a file.
     """
-    from gpuplan.userfile import parse_yaml
 
     data = parse_yaml(text, what=origin, path=None, error=SpecError)
     if data is None:
@@ -902,7 +900,6 @@ def spec_from_text(
 
 def load_spec(path: Path, overrides: list[str] | None = None) -> JobSpec:
     """Read a job spec file (YAML or JSON) and apply ``--set`` overrides."""
-    from gpuplan.userfile import read_yaml
 
     data = read_yaml(path, what="spec", error=SpecError)
     return _spec_from_data(data, overrides, origin=str(path), base_dir=path.parent)

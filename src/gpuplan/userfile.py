@@ -26,6 +26,17 @@ from typing import Any
 
 from gpuplan.errors import GpuPlanError
 
+#: Largest user file read, in bytes (checked before reading).
+MAX_BYTES = 10 * 2**20
+#: Deepest nesting of mappings and sequences accepted in YAML and JSON.
+MAX_DEPTH = 100
+
+ErrorType = type[GpuPlanError]
+
+
+def _fail(error: ErrorType, what: str, path: Path | None, problem: str) -> GpuPlanError:
+    return error(f"{what}: {path}: {problem}" if path is not None else f"{what}: {problem}")
+
 
 def path_kind(path: Path) -> str | None:
     """``"file"``, ``"dir"`` or None (missing, or a name the system cannot look up: too long,
@@ -39,18 +50,6 @@ def path_kind(path: Path) -> str | None:
     except (OSError, ValueError):
         return None
     return None
-
-
-#: Largest user file read, in bytes (checked before reading).
-MAX_BYTES = 10 * 2**20
-#: Deepest nesting of mappings and sequences accepted in YAML and JSON.
-MAX_DEPTH = 100
-
-ErrorType = type[GpuPlanError]
-
-
-def _fail(error: ErrorType, what: str, path: Path | None, problem: str) -> GpuPlanError:
-    return error(f"{what}: {path}: {problem}" if path is not None else f"{what}: {problem}")
 
 
 def read_bytes(path: Path, *, what: str, error: ErrorType = GpuPlanError) -> bytes:

@@ -184,9 +184,11 @@ def load_model(ref: str) -> ModelConfig:
         path = Path(ref).expanduser()
     except RuntimeError:  # "~user" with no such user
         path = Path(ref)
-    if path_kind(path) == "dir":
+    kind = path_kind(path)
+    if kind == "dir":
         path = path / "config.json"
-    if path_kind(path) == "file":
+        kind = path_kind(path)
+    if kind == "file":
         return _load_file(path.resolve(), path.stat().st_mtime_ns)
     if ref.endswith(".json") or ref.startswith((".", "/", "~")):
         raise SpecError(
