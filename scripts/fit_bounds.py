@@ -31,8 +31,10 @@ OUT = REPO / "src" / "gpuplan" / "estimate" / "bounds.yaml"
 HEADER = """\
 # Calibrated 80% bounds of the estimates, per job class (gpuplan.estimate.bounds).
 # lo / hi: the 10th / 90th percentiles of log(measured / predicted) over the class's rows
-# (ranks rounded outward, so small classes keep >= 80% inside), each row predicted leave-one-source-out (the fitted constants re-fitted without the row's
-# source: gpuplan.holdout); widened where needed so the interval contains the estimate.
+# (linear-interpolated), each row predicted leave-one-source-out (the fitted constants re-fitted
+# without the row's source: gpuplan.holdout); a class's band is floored at the pooled one on each
+# side (own_lo / own_hi: its own edges) and widened where needed so the interval contains the
+# estimate.
 # memory: validation/memory.csv (all three metrics pooled); time: validation/training.csv,
 # the step time (throughput rows inverted). A class with fewer than `min_rows` rows, or
 # rows from fewer than `min_sources` sources, is `pooled: true` and uses its table's pooled

@@ -225,11 +225,14 @@ def test_quantile_interpolates() -> None:
     assert holdout.quantile([3.0, 1.0, 2.0], 1.0) == 3.0
 
 
-def test_outer_quantiles_keep_the_nominal_share_inside() -> None:
+def test_bounds_are_the_interpolated_percentiles() -> None:
+    """Interpolated, not ranks rounded outward: a class's width comes from the pooled floor,
+    not from the rounding (13 evenly spaced rows: 1.2 and 10.8, not 1 and 11)."""
     values = [float(i) for i in range(13)]
-    lo, hi = holdout.outer_quantiles(values, 0.1, 0.9)
-    assert sum(lo <= v <= hi for v in values) / len(values) >= 0.8
-    assert holdout.outer_quantiles([float(i) for i in range(11)], 0.1, 0.9) == (1.0, 9.0)
+    band = holdout._band(values)
+    assert (band["lo"], band["hi"]) == (0.0, pytest.approx(10.8))  # lo held at 0: contains 0
+    shifted = holdout._band([v - 6.0 for v in values])
+    assert shifted["lo"] == pytest.approx(-4.8) and shifted["hi"] == pytest.approx(4.8)
 
 
 def test_class_bounds_pool_small_classes() -> None:
@@ -239,15 +242,15 @@ def test_class_bounds_pool_small_classes() -> None:
     assert table["classes"]["lora"]["rows"] == 10
     lo, hi = holdout.band_of(table, "lora")
     lora = table["classes"]["lora"]
-    assert lora["own_lo"] == 0.0 and lora["own_hi"] == pytest.approx(0.09)  # contains 0
+    assert lora["own_lo"] == 0.0 and lora["own_hi"] == pytest.approx(0.081)  # contains 0
     assert lo == 0.0 and hi == table["pooled"]["hi"] == 0.5  # the pooled band is the floor
     pooled = (table["pooled"]["lo"], table["pooled"]["hi"])
     assert holdout.band_of(table, "qlora") == holdout.band_of(table, "no-such-class") == pooled
 
 
 def test_bounds_round_outward_so_edge_rows_stay_inside() -> None:
-    """The outward ranks put a row on each edge; rounding the stored edge to the nearest
-    4th decimal would move it inward past that row (-0.08034 -> -0.0803)."""
+    """A percentile that falls on a rank puts that row on the edge; rounding the stored edge to
+    the nearest 4th decimal would move it inward past the row (-0.08034 -> -0.0803)."""
     values = [-0.5, -0.08034] + [0.001 * i for i in range(7)] + [0.11716, 0.5]  # edges: ranks 1, 9
     band = holdout._band(values)
     assert band["lo"] <= -0.08034 and band["hi"] >= 0.11716
@@ -262,7 +265,7 @@ def test_a_class_band_is_never_narrower_than_the_pooled_one() -> None:
     table = holdout.class_bounds(narrow + wide)
     pooled = table["pooled"]
     lora = table["classes"]["lora"]
-    assert lora["own_lo"] == 0.0 and lora["own_hi"] == pytest.approx(0.009)
+    assert lora["own_lo"] == 0.0 and lora["own_hi"] == pytest.approx(0.0081)
     assert (lora["lo"], lora["hi"]) == (pooled["lo"], pooled["hi"])
     cnn = table["classes"]["cnn"]
     assert cnn["lo"] == min(cnn["own_lo"], pooled["lo"]) < 0
