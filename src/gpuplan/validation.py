@@ -522,14 +522,22 @@ def refused_rows(table: Path) -> list[Refusal]:
             continue
         hw = tuple(row.get(c) or "" for c in _TOPOLOGY_COLUMNS)
         try:
-            spec, gpu, _, _, explicit = _training_layout(row["spec"], row["id"], root, hw)
+            spec, gpu, _, topo, explicit = _training_layout(row["spec"], row["id"], root, hw)
         except GpuPlanError:
             continue
         if explicit is None:
             continue
         shape, job, st = explicit
         # as `fit` sees the layout: the pipeline stage that peaks higher
-        mem = estimate_memory(shape, job, st, gpu, image_size=spec.image_size)
+        mem = estimate_memory(
+            shape,
+            job,
+            st,
+            gpu,
+            image_size=spec.image_size,
+            intra_node=topo.intra_node,
+            gpus_per_node=topo.gpus_per_node,
+        )
         if not mem.fits:
             out.append(
                 Refusal(

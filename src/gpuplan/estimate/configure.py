@@ -201,6 +201,8 @@ def configure(
                 capacity_bytes=capacity,
                 safety_margin=margin,
                 image_size=spec.image_size,
+                intra_node=topo.intra_node,
+                gpus_per_node=topo.gpus_per_node,
             )
             cache[st] = mem
         return mem
@@ -214,6 +216,8 @@ def configure(
             capacity_bytes=capacity,
             safety_margin=margin,
             image_size=spec.image_size,
+            intra_node=topo.intra_node,
+            gpus_per_node=topo.gpus_per_node,
         )
 
     def time_of(st: Strategy) -> TimeEstimate:
@@ -239,7 +243,15 @@ def configure(
     _, _, st, t = best
     mem = memory_of(st)
     mmb = max_micro_batch(
-        shape, job, st, gpu, capacity=capacity, margin=margin, image_size=spec.image_size
+        shape,
+        job,
+        st,
+        gpu,
+        capacity=capacity,
+        margin=margin,
+        image_size=spec.image_size,
+        intra_node=topo.intra_node,
+        gpus_per_node=topo.gpus_per_node,
     )
     result = FitResult(
         gpu=gpu,

@@ -458,8 +458,11 @@ def max_micro_batch(
     capacity: float | None = None,
     margin: float = DEFAULT_SAFETY_MARGIN,
     image_size: int | None = None,
+    intra_node: str | None = None,
+    gpus_per_node: int | None = None,
 ) -> int:
-    """Largest micro-batch that fits under ``st`` (0 if even 1 does not)."""
+    """Largest micro-batch that fits under ``st`` (0 if even 1 does not; ``intra_node`` and
+    ``gpus_per_node`` as :func:`gpuplan.estimate.memory.estimate_memory` takes them)."""
 
     def fits(mb: int) -> bool:
         return check_memory(
@@ -470,6 +473,8 @@ def max_micro_batch(
             capacity_bytes=capacity,
             safety_margin=margin,
             image_size=image_size,
+            intra_node=intra_node,
+            gpus_per_node=gpus_per_node,
         ).fits
 
     if not fits(1):
@@ -494,8 +499,10 @@ def fit(
     margin: float = DEFAULT_SAFETY_MARGIN,
     gpus_per_node: int = 8,
     cuda_context_bytes: float | None = None,
+    intra_node: str | None = None,
 ) -> FitResult:
-    """Memory verdict for ``spec`` on ``count`` x ``gpu``.
+    """Memory verdict for ``spec`` on ``count`` x ``gpu`` (``intra_node``: the GPUs' link in
+    a node, None for the GPU's usual board; it decides NCCL's buffers).
 
     With ``parallelism: auto`` the least memory-hungry layout is chosen (the
     speed estimator later chooses the fastest that fits).
@@ -521,6 +528,8 @@ def fit(
             capacity_bytes=capacity,
             safety_margin=margin,
             image_size=spec.image_size,
+            intra_node=intra_node,
+            gpus_per_node=gpus_per_node,
         )
         key = est.device_used_bytes
         if best is None or key < best[0]:
@@ -528,7 +537,15 @@ def fit(
     assert best is not None
     _, st, est = best
     mmb = max_micro_batch(
-        shape, job, st, gpu, capacity=capacity, margin=margin, image_size=spec.image_size
+        shape,
+        job,
+        st,
+        gpu,
+        capacity=capacity,
+        margin=margin,
+        image_size=spec.image_size,
+        intra_node=intra_node,
+        gpus_per_node=gpus_per_node,
     )
     return FitResult(
         gpu=gpu,

@@ -986,19 +986,21 @@ def runtime_bytes(
     job: MemoryJob,
     st: Strategy,
     cublas: float,
+    nccl_link: ovh.NcclLink,
     allocated_model: float,
     reserve_fraction: float | None = None,
 ) -> RuntimeBytes:
     """Step 4: cuBLAS workspaces (``cublas``, :func:`workspace_bytes` of the job and the
-    GPU), allocator reserve, CUDA context, NCCL buffers."""
-    comms = sum(1 for deg in (st.dp, st.tp, st.pp, st.cp) if deg > 1)
+    GPU), allocator reserve, CUDA context, NCCL buffers (one communicator for each parallel
+    dimension above 1, over ``nccl_link``: :func:`overheads.nccl_bytes`)."""
+    groups = tuple(deg for deg in (st.dp, st.tp, st.pp, st.cp) if deg > 1)
     return RuntimeBytes(
         cublas=cublas,
         reserve=ovh.allocator_reserve_bytes(allocated_model + cublas, reserve_fraction),
         context=(
             job.cuda_context_bytes if job.cuda_context_bytes is not None else ovh.CUDA_CONTEXT_BYTES
         ),
-        nccl=ovh.nccl_bytes(comms),
+        nccl=ovh.nccl_bytes(groups, nccl_link),
     )
 
 
@@ -1054,6 +1056,14 @@ def model_bytes(
     )
 
 
+def job_nccl_link(
+    gpu: GpuSpec | None, st: Strategy, intra_node: str | None, gpus_per_node: int | None
+) -> ovh.NcclLink:
+    """The link NCCL's communicators of ``st`` use (:func:`overheads.nccl_link`): the network's
+    when the job spans nodes (``gpus_per_node``, default 8)."""
+    return ovh.nccl_link(gpu, intra_node, multi_node=st.gpus > (gpus_per_node or 8))
+
+
 def estimate_memory(
     shape: Shape,
     job: MemoryJob,
@@ -1063,14 +1073,19 @@ def estimate_memory(
     capacity_bytes: float | None = None,
     safety_margin: float = DEFAULT_SAFETY_MARGIN,
     image_size: int | None = None,
+    intra_node: str | None = None,
+    gpus_per_node: int | None = None,
 ) -> MemoryEstimate:
     """Estimate per-GPU memory of one training step of ``shape`` under ``st``.
 
     ``capacity_bytes`` defaults to what the device reports (``memory.total``) where the
     catalog has it, else the datasheet figure; ``device_used_bytes`` is compared with it.
-    Of the GPU only its cuBLAS workspace size and its capacity matter, so the estimate is
-    cached on those and on the allocator reserve fraction in force (a plan asks for the same
-    layout on many offerings; steps 1-3, :func:`model_bytes`, are cached apart, for any GPU).
+    ``intra_node`` (the GPUs' link in a node; None: the GPU's usual board) and
+    ``gpus_per_node`` (None: 8) decide NCCL's buffers (:func:`job_nccl_link`).
+    Of the GPU only its cuBLAS workspace size, its NCCL link and its capacity matter, so the
+    estimate is cached on those and on the allocator reserve fraction in force (a plan asks for
+    the same layout on many offerings; steps 1-3, :func:`model_bytes`, are cached apart, for
+    any GPU).
     """
     cap, cap_basis = _capacity(gpu, capacity_bytes)
     cublas = workspace_bytes(job, gpu)
@@ -1079,6 +1094,7 @@ def estimate_memory(
         job,
         st,
         cublas,
+        job_nccl_link(gpu, st, intra_node, gpus_per_node),
         cap,
         cap_basis,
         safety_margin,
@@ -1104,6 +1120,7 @@ def _totals(
     job: MemoryJob,
     st: Strategy,
     cublas: float,
+    nccl_link: ovh.NcclLink,
     cap: float,
     safety_margin: float,
     image_size: int | None,
@@ -1111,7 +1128,7 @@ def _totals(
 ) -> tuple[_StageTotals, ...]:
     """The numbers of every stage that is sized, the one that peaks highest first (ties go to
     the first stage): one stage without pipeline parallelism, the first and the last with it."""
-    args = (shape, job, st, cublas, cap, safety_margin, image_size, reserve_fraction)
+    args = (shape, job, st, cublas, nccl_link, cap, safety_margin, image_size, reserve_fraction)
     if st.pp <= 1 or shape.family == "cnn":
         return (_stage_totals(*args, "first"),)
     first, last = (_stage_totals(*args, stage) for stage in PIPELINE_STAGES)
@@ -1124,19 +1141,23 @@ def _estimate(
     job: MemoryJob,
     st: Strategy,
     cublas: float,
+    nccl_link: ovh.NcclLink,
     cap: float,
     cap_basis: str,
     safety_margin: float,
     image_size: int | None,
     reserve_fraction: float,
 ) -> MemoryEstimate:
-    totals = _totals(shape, job, st, cublas, cap, safety_margin, image_size, reserve_fraction)
+    totals = _totals(
+        shape, job, st, cublas, nccl_link, cap, safety_margin, image_size, reserve_fraction
+    )
     worst = totals[0]
     est = _stage_estimate(
         shape,
         job,
         st,
         cublas,
+        nccl_link,
         cap,
         cap_basis,
         safety_margin,
@@ -1191,6 +1212,8 @@ def check_memory(
     capacity_bytes: float | None = None,
     safety_margin: float = DEFAULT_SAFETY_MARGIN,
     image_size: int | None = None,
+    intra_node: str | None = None,
+    gpus_per_node: int | None = None,
 ) -> MemoryCheck:
     """Whether ``st`` fits, and by how much, as :func:`estimate_memory` would say, without
     building its breakdown and assumptions: a layout search asks this of thousands of
@@ -1201,6 +1224,7 @@ def check_memory(
         job,
         st,
         workspace_bytes(job, gpu),
+        job_nccl_link(gpu, st, intra_node, gpus_per_node),
         cap,
         safety_margin,
         image_size,
@@ -1214,12 +1238,15 @@ def _check(
     job: MemoryJob,
     st: Strategy,
     cublas: float,
+    nccl_link: ovh.NcclLink,
     cap: float,
     safety_margin: float,
     image_size: int | None,
     reserve_fraction: float,
 ) -> MemoryCheck:
-    t = _totals(shape, job, st, cublas, cap, safety_margin, image_size, reserve_fraction)[0]
+    t = _totals(
+        shape, job, st, cublas, nccl_link, cap, safety_margin, image_size, reserve_fraction
+    )[0]
     return MemoryCheck(
         device_used_bytes=t.used,
         capacity_bytes=cap,
@@ -1280,6 +1307,7 @@ def _stage_totals(
     job: MemoryJob,
     st: Strategy,
     cublas: float,
+    nccl_link: ovh.NcclLink,
     cap: float,
     safety_margin: float,
     image_size: int | None,
@@ -1295,7 +1323,7 @@ def _stage_totals(
     fwd_bwd = w.stored + w.gathered + w.compute_copies + ts.optimizer_state + live
     # after backward the gathered layers are resharded: the step sees stored parameters only
     step = w.stored + ts.optimizer_state + ts.gradients + ts.step_temporaries
-    rt = runtime_bytes(job, st, cublas, max(fwd_bwd, step), reserve_fraction)
+    rt = runtime_bytes(job, st, cublas, nccl_link, max(fwd_bwd, step), reserve_fraction)
     allocated = max(fwd_bwd, step) + rt.cublas
     usable = cap * (1 - safety_margin)
     reserve = squeezed_reserve(rt.reserve, allocated, rt.context + rt.nccl, usable)
@@ -1323,6 +1351,7 @@ def _stage_estimate(
     job: MemoryJob,
     st: Strategy,
     cublas: float,
+    nccl_link: ovh.NcclLink,
     cap: float,
     cap_basis: str,
     safety_margin: float,
@@ -1332,7 +1361,16 @@ def _stage_estimate(
     totals: _StageTotals | None = None,
 ) -> MemoryEstimate:
     t = totals or _stage_totals(
-        shape, job, st, cublas, cap, safety_margin, image_size, reserve_fraction, pipeline_stage
+        shape,
+        job,
+        st,
+        cublas,
+        nccl_link,
+        cap,
+        safety_margin,
+        image_size,
+        reserve_fraction,
+        pipeline_stage,
     )
     mb = t.model
     w, ts, act, lay, tr = mb.weights, mb.training_state, mb.activations, mb.layout, mb.trained
@@ -1388,6 +1426,11 @@ def _stage_estimate(
     note = reserve_note(rt.reserve, reserve, used, usable)
     if note:
         assumptions.append(note)
+    if rt.nccl:
+        assumptions.append(
+            f"NCCL buffers {rt.nccl / 2**20:.0f} MiB, outside PyTorch's allocator: "
+            + ovh.NCCL_LINK_NOTES[nccl_link]
+        )
     if job.framework == "hf" and st.pp > 1:
         assumptions.append(
             f"framework hf with pp {st.pp}: Hugging Face Transformers has no pipeline engine, so "

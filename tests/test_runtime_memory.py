@@ -1,0 +1,91 @@
+"""Runtime memory read from the engines' code: NCCL's buffers by link (docs/accuracy.md,
+2026-12-05)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuplan.catalog.loader import load_catalog
+from gpuplan.catalog.schema import GpuSpec
+from gpuplan.estimate import overheads as ovh
+from gpuplan.estimate.fit import fit
+from gpuplan.spec import parse_spec
+
+MIB = 2**20
+
+
+def _gpu(gpu_id: str) -> GpuSpec:
+    return load_catalog(use_user=False).gpu(gpu_id)
+
+
+def _details(spec: dict[str, Any], gpu: str, count: int, **kw: Any) -> dict[str, float]:
+    return fit(parse_spec(spec), _gpu(gpu), count, **kw).memory.details
+
+
+# --- NCCL ---------------------------------------------------------------------------------
+
+
+def test_pcie_buffers_follow_nccls_source() -> None:
+    """Two channels of ring buffers (10 MiB receive + 2 MiB send a channel, in 2 MiB granules)
+    with P2P, none in device memory over SHM; bookkeeping 4 + 6 MiB a channel; kernels 82 MiB."""
+    assert ovh.nccl_bytes((2,), "pcie-shm") == (82 + 4 + 2 * 6) * MIB
+    assert ovh.nccl_bytes((2,), "pcie-p2p") == (82 + 4 + 2 * 6 + 2 * 12) * MIB
+    # beyond two ranks: 4 channels, and an intra-node tree adds one more connection of each
+    assert ovh.nccl_bytes((4,), "pcie-p2p") == (82 + 4 + 4 * 6 + 4 * 2 * 12) * MIB
+    # a second communicator brings its own buffers, not a second copy of the kernels
+    assert ovh.nccl_bytes((2, 2), "pcie-shm") == (82 + 2 * (4 + 2 * 6)) * MIB
+
+
+def test_nvlink_uses_the_measured_a100_communicators() -> None:
+    """NVIDIA/nccl#964: 544 MB a 2-GPU communicator, 688 MB a larger one, on A100 NVLink."""
+    assert ovh.nccl_bytes((2,), "nvlink") == 82 * MIB + 544e6
+    assert ovh.nccl_bytes((8,), "nvlink") == 82 * MIB + 688e6
+    assert ovh.nccl_bytes((8, 2), "nvlink") == 82 * MIB + 688e6 + 544e6
+    # NVLink SHARP needs more than two GPUs: a Hopper pair on NVSwitch is plain NVLink
+    assert ovh.nccl_bytes((2,), "nvls") == ovh.nccl_bytes((2,), "nvlink")
+
+
+def test_nvls_and_other_links_keep_the_issue_figure() -> None:
+    """NVIDIA/nccl#864: about 1.6 GB for one communicator, about 6 GB at most."""
+    assert ovh.nccl_bytes((8,), "nvls") == 1.6e9
+    assert ovh.nccl_bytes((8,), "other") == 1.6e9
+    assert ovh.nccl_bytes((8, 2), "other") == 1.6e9 + 2.2e9
+    assert ovh.nccl_bytes((8, 4, 2, 2), "other") == 6e9
+    assert ovh.nccl_bytes((), "other") == ovh.nccl_bytes((), "pcie-p2p") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("gpu", "intra", "multi", "link"),
+    [
+        ("RTX-4090", None, False, "pcie-shm"),  # GeForce 40: no PCIe P2P (catalog, sourced)
+        ("A100-80GB", None, False, "nvlink"),  # SXM: NVSwitch, no NVLink SHARP before Hopper
+        ("H100-SXM", None, False, "nvls"),
+        ("H100-SXM", None, True, "other"),  # across nodes: network buffers
+        ("H100-SXM", "pcie", False, "pcie-p2p"),  # the link stated wins over the board
+    ],
+)
+def test_the_link_comes_from_the_board_or_the_topology(
+    gpu: str, intra: str | None, multi: bool, link: str
+) -> None:
+    assert ovh.nccl_link(_gpu(gpu), intra, multi_node=multi) == link
+
+
+def test_a_geforce_pair_pays_tens_of_mib_not_a_gigabyte() -> None:
+    spec = {
+        "model": "llama-2-7b",
+        "method": "qlora",
+        "seq_len": 2048,
+        "micro_batch_size": 4,
+        "parallelism": {"sharding": "fsdp"},
+    }
+    pair = _details(spec, "RTX-4090", 2)["overhead: NCCL buffers"]
+    assert pair == ovh.nccl_bytes((2,), "pcie-shm") < 128 * MIB
+    eight = _details(spec, "H100-SXM", 8)["overhead: NCCL buffers"]
+    assert eight == 1.6e9
+    # a stated topology decides: 16 GPUs over two nodes take the network's figure
+    two_nodes = _details(spec, "A100-80GB", 16, gpus_per_node=8)["overhead: NCCL buffers"]
+    assert two_nodes == 1.6e9
+    one_node = _details(spec, "A100-80GB", 16, gpus_per_node=16)["overhead: NCCL buffers"]
+    assert one_node == 82 * MIB + 688e6
