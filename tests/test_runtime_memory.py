@@ -1,5 +1,5 @@
-"""Runtime memory read from the engines' code: NCCL's buffers by link (docs/accuracy.md,
-2026-12-05)."""
+"""Runtime and engine memory read from the engines' code: NCCL's buffers by link, FSDP's root
+unit, LoRA adapters sharded with the base (docs/accuracy.md, 2026-12-05)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from gpuplan.catalog.loader import load_catalog
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.estimate import overheads as ovh
-from gpuplan.estimate.fit import fit
+from gpuplan.estimate.fit import fit, model_shape
 from gpuplan.spec import parse_spec
 
 MIB = 2**20
@@ -89,3 +89,66 @@ def test_a_geforce_pair_pays_tens_of_mib_not_a_gigabyte() -> None:
     assert two_nodes == 1.6e9
     one_node = _details(spec, "A100-80GB", 16, gpus_per_node=16)["overhead: NCCL buffers"]
     assert one_node == 82 * MIB + 688e6
+
+
+# --- FSDP's root unit ------------------------------------------------------------------------
+
+ROOT = "weights: FSDP root unit gathered through forward and backward"
+
+
+def test_the_root_unit_holds_embedding_and_head_gathered() -> None:
+    """FSDP1 never reshards the root after forward, nor FSDP2 before PyTorch 2.8: the embedding,
+    the final norm and the LM head stay whole from the root's pre-forward to its post-backward."""
+    shape = model_shape("llama-3-8b")
+    spec = {
+        "model": "llama-3-8b",
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+        "parallelism": {"sharding": "fsdp"},
+    }
+    details = _details(spec, "H100-SXM", 8)
+    other = shape.params_total - shape.layers * shape.params_per_layer  # embedding, norm, head
+    assert details[ROOT] == pytest.approx(other * 2, rel=1e-6)  # gathered in bf16
+
+
+def test_torchtitan_gives_the_embedding_a_unit_of_its_own() -> None:
+    """torchtitan #1094 (PyTorch 2.9 builds on): the embedding reshards after its forward; only
+    the norm and the head stay with the root."""
+    shape = model_shape("llama-3-8b")
+    base = {
+        "model": "llama-3-8b",
+        "seq_len": 2048,
+        "precision": "bf16-mixed",
+        "framework": "torchtitan",
+        "parallelism": {"sharding": "fsdp"},
+    }
+    old = _details({**base, "pytorch_version": "2.7.0"}, "H100-SXM", 8)[ROOT]
+    new = _details(base, "H100-SXM", 8)[ROOT]
+    assert old - new == pytest.approx(shape.params_embedding * 2, rel=1e-6)
+
+
+def test_deepspeed_and_replicated_jobs_have_no_root_unit() -> None:
+    spec = {"model": "llama-3-8b", "seq_len": 2048, "precision": "bf16-mixed"}
+    z3 = {**spec, "framework": "deepspeed", "parallelism": {"sharding": "zero3"}}
+    assert ROOT not in _details(z3, "H100-SXM", 8)
+    ddp = {**spec, "parallelism": {"sharding": "none"}}
+    assert ROOT not in _details(ddp, "H100-SXM", 8)
+
+
+# --- LoRA adapters sharded with the base ----------------------------------------------------
+
+
+def test_fsdp_shards_the_adapters_with_the_base() -> None:
+    spec = {
+        "model": "llama-3-8b",
+        "method": "lora",
+        "seq_len": 2048,
+        "precision": "bf16-true",
+        "parallelism": {"sharding": "fsdp"},
+    }
+    one = _details(spec, "H100-SXM", 1)["weights: LoRA adapters"]
+    eight = _details(spec, "H100-SXM", 8)["weights: LoRA adapters"]
+    assert eight == pytest.approx(one / 8)
+    # DDP keeps every adapter on every rank
+    ddp = {**spec, "parallelism": {"sharding": "none"}}
+    assert _details(ddp, "H100-SXM", 8)["weights: LoRA adapters"] == pytest.approx(one)

@@ -204,11 +204,21 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         and spec.deepspeed.version is not None
         and release(spec.deepspeed.version) < DS_COALESCED_GATHERS,
         hf_trainer=spec.hf_trainer,
+        fsdp_root_embedding=_root_holds_embedding(spec),
         recompute_stops_early=FRAMEWORKS[spec.framework].checkpoint_early_stop
         and (
             spec.pytorch_version is None or release(spec.pytorch_version) >= CHECKPOINT_EARLY_STOP
         ),
     )
+
+
+def _root_holds_embedding(spec: JobSpec) -> bool:
+    """Whether the engine leaves the embedding in the root FSDP unit (for the release the spec
+    states, a current one when unset)."""
+    since = FRAMEWORKS[spec.framework].embedding_own_unit_from
+    if since is None:
+        return True
+    return spec.pytorch_version is not None and release(spec.pytorch_version) < since
 
 
 def _deepspeed_options(spec: JobSpec) -> DeepSpeedOptions | None:

@@ -123,6 +123,10 @@ class Framework:
     keeps_previous_graph: bool = False
     """The training loop keeps the previous step's output (and so its autograd graph) until
     the next forward returns; tensors stored as autograd-context attributes live on."""
+    embedding_own_unit_from: tuple[int, int] | None = None
+    """PyTorch release from which this engine wraps the embedding as an FSDP unit of its own,
+    resharded after its forward, so that the root unit no longer holds it
+    (:func:`gpuplan.estimate.memory.fsdp_root_bytes`); None: the root holds it."""
     engine: str = "pytorch"
     """Whose sharding semantics apply: pytorch (DDP/FSDP/ZeroRedundancyOptimizer under
     autocast), deepspeed, megatron, torchtitan or apex (see :mod:`gpuplan.estimate.sharding`)."""
@@ -259,6 +263,10 @@ FRAMEWORKS: dict[str, Framework] = {
         default_optimizer_impl="fused",
         upcast_in_loss=True,
         engine="torchtitan",
+        # torchtitan #1094 (2025-07-28, ``apply_fsdp``): ``fully_shard(model.tok_embeddings)``
+        # and ``fully_shard([model.norm, model.output], reshard_after_forward=False)`` before the
+        # root; torchtitan runs PyTorch nightlies, 2.9 development builds from that week on
+        embedding_own_unit_from=(2, 9),
         shardings=("none", "zero2", "zero3", "fsdp", "hsdp"),
         dtensor_tensor_parallel=True,
     ),

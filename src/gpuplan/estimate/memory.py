@@ -150,6 +150,11 @@ class MemoryJob:
     """The job's activation checkpointing stops recomputing a layer once its saved tensors are
     back (:attr:`gpuplan.estimate.frameworks.Framework.checkpoint_early_stop`, PyTorch 2.1 on:
     spec ``pytorch_version``); decides time, not memory."""
+    fsdp_root_embedding: bool = True
+    """Under FSDP the root unit holds the embedding (not a unit of its own): it stays gathered
+    with the final norm and LM head through forward and backward (:func:`fsdp_root_bytes`;
+    :attr:`gpuplan.estimate.frameworks.Framework.embedding_own_unit_from`, spec
+    ``pytorch_version``)."""
     optimizer_in_backward: bool = False
     """Each parameter is stepped in its post-accumulate-grad hook and its gradient freed
     (torchtune ``training/memory.py``, ``register_optim_in_bwd_hooks``: ``step()`` then
@@ -230,7 +235,10 @@ class StageParams:
 
     layer: float
     other: float
+    """What no layer holds: the embedding, the final norm and the LM head, as the stage has them."""
     layers: int
+    embedding: float = 0.0
+    """Of ``other``, the word embedding's (the first stage's)."""
     expert: float = 0.0
     """The stage's expert parameters per tensor-parallel rank, all experts (part of ``layer``)."""
     ep: int = 1
@@ -353,6 +361,7 @@ def stage_params(shape: Shape, st: Strategy, stage: PipelineStage = "first") -> 
         layer=layers * shape.params_per_layer / st.tp,
         other=other / st.tp,
         layers=layers,
+        embedding=shape.params_embedding / st.tp if st.pp == 1 or stage == "first" else 0.0,
         expert=layers * expert_params_per_layer(shape) / st.tp if st.ep > 1 else 0.0,
         ep=st.ep,
     )
@@ -539,7 +548,12 @@ def weight_bytes(
             kept = stored * (lay.param_ranks - 1)
             compute += kept
             lines.append(("weights: frozen base kept gathered from forward to backward", kept))
-        adapters = tr.params * tr.trainable.adapter_bytes
+        # sharded with the base where the engine shards parameters (FSDP's units and ZeRO-3's
+        # partitions hold the adapters as they hold the frozen weights): a rank keeps its share
+        sharded = lay.param_ranks > 1 and not lay.unsharded_compute_params
+        adapters = (tr.per_rank(lay.param_ranks) if sharded else tr.params) * (
+            tr.trainable.adapter_bytes
+        )
         lines.append(("weights: LoRA adapters", adapters))
         stored += adapters
         assumptions.append(
@@ -554,7 +568,51 @@ def weight_bytes(
         )
         gathered = elems * per_elem / st.tp
         lines.append(("weights: unsharded layers in flight (all-gather)", gathered))
+        root = fsdp_root_bytes(shape, job, st, stage, lay)
+        if root:
+            gathered += root
+            lines.append(("weights: FSDP root unit gathered through forward and backward", root))
+            assumptions.append(
+                "FSDP root unit: "
+                + ("the embedding, " if job.fsdp_root_embedding and stage.embedding else "")
+                + "the final norm and LM head stay gathered from the root's pre-forward to its "
+                "post-backward (FSDP's root is not resharded after forward)"
+            )
     return WeightBytes(stored=stored, compute_copies=compute, gathered=gathered, lines=tuple(lines))
+
+
+def fsdp_root_bytes(
+    shape: Shape, job: MemoryJob, st: Strategy, stage: StageParams, lay: StateLayout
+) -> float:
+    """Bytes of the root FSDP unit's gathered parameters on one rank, live through forward and
+    backward (0 where the engine does not gather parameters this way).
+
+    PyTorch FSDP wraps each block as a unit and then the whole model as the root, which holds
+    what no block does: the embedding, the final norm and the LM head (Hugging Face's
+    transformer-layer auto-wrap, Lightning's, answer.ai's and torchtune's layer conditions,
+    torchtitan before #1094). The root's pre-forward gathers them before the embedding runs;
+    the root's forward encloses every block and ends with the head, and the head's backward
+    opens the backward pass, so they stay gathered until the root's post-backward at its end:
+    FSDP1 never frees the root after forward (``_runtime_utils._post_forward_reshard``:
+    ``not state._is_root``), nor does FSDP2 before PyTorch 2.8 (``FSDPState._lazy_init``:
+    ``post_forward_mesh_info = None``); since pytorch/pytorch#154704 it does where the root's
+    ``reshard_after_forward`` is explicit, only to gather them again for the head's backward.
+    Where the embedding is a unit of its own (torchtitan since #1094) it is resharded after its
+    forward, and only the final norm and the head remain (a tied head is that unit's weight).
+    DeepSpeed's ZeRO-3 releases each
+    module's parameters after use and Megatron gathers per layer: nothing of this there.
+    """
+    if lay.engine not in ("pytorch", "torchtitan") or lay.param_ranks <= 1:
+        return 0.0
+    embedding = stage.embedding if job.fsdp_root_embedding or shape.tied_embeddings else 0.0
+    head = stage.other - stage.embedding
+    if job.method == "full":
+        return (embedding + head) * lay.gather_bytes
+    base = 4 if job.precision in ("fp32", "tf32") else 2
+    head_b = float(base)
+    if job.method == "qlora" and FRAMEWORKS[job.framework].qlora_quantizes_head and st.pp == 1:
+        head_b = NF4_BYTES_DQ if job.double_quant else NF4_BYTES
+    return embedding * base + head * head_b
 
 
 def _adafactor_state(shape: Shape, stage: StageParams, st: Strategy) -> float:

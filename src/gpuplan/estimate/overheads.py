@@ -54,8 +54,8 @@ Numbers and their sources (``reference/estimators.md``, section 6):
   ``scripts/fit_bounds.py --check`` fails when this value is stale. f = 0.07
   (2026-12-05, when the eager loss's backward was priced at its three fp32 copies of the
   logits and torchtitan's eleven December 2024 reserved rows joined: more of the reserved
-  peak is the loss's own tensors; it stayed 0.07 when NCCL's buffers were priced by link the same
-  day), 0.09 from
+  peak is the loss's own tensors; it stayed 0.07 when NCCL's buffers by link, FSDP's root unit and
+  sharded adapters were priced the same day, 0.06 with the root unit alone), 0.09 from
   2026-12-04 (when the 42 reserved and device-used rows measured on an H200 by
   scripts/gpu-memory-check.py joined: plain PyTorch loops on one GPU reserve 1-11% above
   what they allocate), 0.12 from 2026-12-03 (26 rows: answer.ai's FSDP rows at batch 1 with
