@@ -202,3 +202,18 @@ def test_plan_json_and_html_show_the_verdict(cli, tmp_path: Path) -> None:  # ty
         lo, hi = o["device_used_bounds_bytes"]
         assert lo <= o["device_used_bytes"] <= hi
     assert "<th>memory</th>" in html.read_text()
+
+
+def test_the_layout_search_prefers_a_micro_batch_whose_upper_bound_fits() -> None:
+    """Where a smaller micro-batch fits surely, parallelism auto does not take a larger one that
+    fits only by the point estimate (`tight`): the README's LoRA job on one B200 runs at micro-batch
+    32 with 13 GiB left by the estimate, inside its bounds' reach, or 16 with 87 GiB, 1% slower."""
+    from gpuplan.estimate.configure import configure, default_topology
+
+    gpu = load_catalog(use_user=False).gpu("B200")
+    spec = load_spec(Path(__file__).resolve().parents[1] / "examples" / "llama3-8b-lora.yaml")
+    conf = configure(spec, gpu, 1, default_topology(gpu, 1))
+    assert conf.fit.verdict == "fits"
+    tight = fit(spec.model_copy(update={"micro_batch_size": 32}), gpu, 1)
+    assert tight.memory.fits and tight.verdict == "tight"
+    assert conf.fit.strategy.micro_batch_size < 32

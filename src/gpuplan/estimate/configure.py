@@ -204,6 +204,10 @@ def configure(
                 intra_node=topo.intra_node,
                 gpus_per_node=topo.gpus_per_node,
             )
+            # the verdict `fits` asks the upper bound of the layout's job class to fit too
+            bounds = bounds_for("memory", strategy_class(spec, st, count, topo.gpus_per_node))
+            upper = bounds.around(mem.device_used_bytes - mem.evictable_bytes)[1]
+            mem = dataclasses.replace(mem, sure=mem.fits and upper <= mem.capacity_bytes)
             cache[st] = mem
         return mem
 

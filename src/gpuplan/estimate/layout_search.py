@@ -276,13 +276,16 @@ def search(
         if require_fit:
             # a micro-batch that fits only as the caching allocator gives back its usual cache
             # is taken only where no smaller one fits with it (a full card runs, but risks
-            # fragmentation and allocation retries)
-            roomy = not memory_of(st0).reserve_squeezed
+            # fragmentation and allocation retries); likewise one whose 80% upper bound does
+            # not fit (tight) only where no smaller one fits surely: a larger micro-batch buys
+            # a few percent of speed, an out-of-memory error costs the run
+            first = memory_of(st0)
+            roomy, sure = not first.reserve_squeezed, first.sure
             lo, hi, fitting = 1, len(ordered) - 1, 0
             while lo <= hi:  # memory grows with the micro-batch: bisect the largest that fits
                 mid = (lo + hi) // 2
                 m = memory_of(ordered[mid])
-                if m.fits and not (roomy and m.reserve_squeezed):
+                if m.fits and not (roomy and m.reserve_squeezed) and not (sure and not m.sure):
                     fitting, lo = mid, mid + 1
                 else:
                     hi = mid - 1

@@ -1259,6 +1259,12 @@ class MemoryCheck:
     reserve_squeezed: bool
     """It fits only because the allocator gives back part of its usual cache
     (:attr:`MemoryEstimate.reserve_squeezed`)."""
+    evictable_bytes: float = 0.0
+    """Of the device-used bytes, what the driver pages out to make room
+    (:attr:`MemoryEstimate.evictable_bytes`)."""
+    sure: bool = True
+    """The 80% upper bound fits too (the verdict ``fits``, not ``tight``). The bounds are the job
+    class's, which the caller knows (:mod:`gpuplan.estimate.configure`); True until it says."""
 
 
 def check_memory(
@@ -1311,6 +1317,7 @@ def _check(
         safety_margin=safety_margin,
         fits=t.fits,
         reserve_squeezed=squeezed(t.runtime.reserve, t.reserve),
+        evictable_bytes=t.resident,
     )
 
 
