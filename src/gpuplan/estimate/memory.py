@@ -1114,6 +1114,39 @@ def model_bytes(
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Placement:
+    """What of the GPU, its node and the verdict's rule an estimate depends on beyond the job and
+    its layout (part of the memo tables' keys: a plan asks for one layout on many offerings)."""
+
+    cublas: float
+    """The GEMM workspaces a rank allocates (:func:`workspace_bytes`)."""
+    nccl_link: ovh.NcclLink
+    cap: float
+    """The capacity the device-used bytes are compared with."""
+    safety_margin: float
+    reserve_fraction: float
+    """The allocator reserve fraction in force (:data:`overheads.ALLOCATOR_RESERVE_FRACTION`)."""
+
+
+def _placement(
+    job: MemoryJob,
+    st: Strategy,
+    gpu: GpuSpec | None,
+    cap: float,
+    safety_margin: float,
+    intra_node: str | None,
+    gpus_per_node: int | None,
+) -> _Placement:
+    return _Placement(
+        cublas=workspace_bytes(job, gpu),
+        nccl_link=job_nccl_link(gpu, st, intra_node, gpus_per_node),
+        cap=cap,
+        safety_margin=safety_margin,
+        reserve_fraction=ovh.ALLOCATOR_RESERVE_FRACTION,
+    )
+
+
 def job_nccl_link(
     gpu: GpuSpec | None, st: Strategy, intra_node: str | None, gpus_per_node: int | None
 ) -> ovh.NcclLink:
@@ -1146,19 +1179,8 @@ def estimate_memory(
     any GPU).
     """
     cap, cap_basis = _capacity(gpu, capacity_bytes)
-    cublas = workspace_bytes(job, gpu)
-    return _estimate(
-        shape,
-        job,
-        st,
-        cublas,
-        job_nccl_link(gpu, st, intra_node, gpus_per_node),
-        cap,
-        cap_basis,
-        safety_margin,
-        image_size,
-        ovh.ALLOCATOR_RESERVE_FRACTION,
-    )
+    place = _placement(job, st, gpu, cap, safety_margin, intra_node, gpus_per_node)
+    return _estimate(shape, job, st, place, cap_basis, image_size)
 
 
 def clear_caches() -> None:
@@ -1174,19 +1196,11 @@ def clear_caches() -> None:
 
 @functools.lru_cache(maxsize=8192)
 def _totals(
-    shape: Shape,
-    job: MemoryJob,
-    st: Strategy,
-    cublas: float,
-    nccl_link: ovh.NcclLink,
-    cap: float,
-    safety_margin: float,
-    image_size: int | None,
-    reserve_fraction: float,
+    shape: Shape, job: MemoryJob, st: Strategy, place: _Placement, image_size: int | None
 ) -> tuple[_StageTotals, ...]:
     """The numbers of every stage that is sized, the one that peaks highest first (ties go to
     the first stage): one stage without pipeline parallelism, the first and the last with it."""
-    args = (shape, job, st, cublas, nccl_link, cap, safety_margin, image_size, reserve_fraction)
+    args = (shape, job, st, place, image_size)
     if st.pp <= 1 or shape.family == "cnn":
         return (_stage_totals(*args, "first"),)
     first, last = (_stage_totals(*args, stage) for stage in PIPELINE_STAGES)
@@ -1198,32 +1212,13 @@ def _estimate(
     shape: Shape,
     job: MemoryJob,
     st: Strategy,
-    cublas: float,
-    nccl_link: ovh.NcclLink,
-    cap: float,
+    place: _Placement,
     cap_basis: str,
-    safety_margin: float,
     image_size: int | None,
-    reserve_fraction: float,
 ) -> MemoryEstimate:
-    totals = _totals(
-        shape, job, st, cublas, nccl_link, cap, safety_margin, image_size, reserve_fraction
-    )
+    totals = _totals(shape, job, st, place, image_size)
     worst = totals[0]
-    est = _stage_estimate(
-        shape,
-        job,
-        st,
-        cublas,
-        nccl_link,
-        cap,
-        cap_basis,
-        safety_margin,
-        image_size,
-        reserve_fraction,
-        worst.stage,
-        worst,
-    )
+    est = _stage_estimate(shape, job, st, place, cap_basis, image_size, worst.stage, worst)
     if len(totals) == 1:
         return est
     # the explained estimate is the higher stage's; the other's totals come beside it
@@ -1283,38 +1278,19 @@ def check_memory(
     building its breakdown and assumptions: a layout search asks this of thousands of
     layouts and explains only the one it picks."""
     cap, _ = _capacity(gpu, capacity_bytes)
-    return _check(
-        shape,
-        job,
-        st,
-        workspace_bytes(job, gpu),
-        job_nccl_link(gpu, st, intra_node, gpus_per_node),
-        cap,
-        safety_margin,
-        image_size,
-        ovh.ALLOCATOR_RESERVE_FRACTION,
-    )
+    place = _placement(job, st, gpu, cap, safety_margin, intra_node, gpus_per_node)
+    return _check(shape, job, st, place, image_size)
 
 
 @functools.lru_cache(maxsize=8192)
 def _check(
-    shape: Shape,
-    job: MemoryJob,
-    st: Strategy,
-    cublas: float,
-    nccl_link: ovh.NcclLink,
-    cap: float,
-    safety_margin: float,
-    image_size: int | None,
-    reserve_fraction: float,
+    shape: Shape, job: MemoryJob, st: Strategy, place: _Placement, image_size: int | None
 ) -> MemoryCheck:
-    t = _totals(
-        shape, job, st, cublas, nccl_link, cap, safety_margin, image_size, reserve_fraction
-    )[0]
+    t = _totals(shape, job, st, place, image_size)[0]
     return MemoryCheck(
         device_used_bytes=t.used,
-        capacity_bytes=cap,
-        safety_margin=safety_margin,
+        capacity_bytes=place.cap,
+        safety_margin=place.safety_margin,
         fits=t.fits,
         reserve_squeezed=squeezed(t.runtime.reserve, t.reserve),
         evictable_bytes=t.resident,
@@ -1371,12 +1347,8 @@ def _stage_totals(
     shape: Shape,
     job: MemoryJob,
     st: Strategy,
-    cublas: float,
-    nccl_link: ovh.NcclLink,
-    cap: float,
-    safety_margin: float,
+    place: _Placement,
     image_size: int | None,
-    reserve_fraction: float,
     pipeline_stage: PipelineStage,
 ) -> _StageTotals:
     mb = model_bytes(shape, job, st, image_size, pipeline_stage)
@@ -1388,9 +1360,11 @@ def _stage_totals(
     fwd_bwd = w.stored + w.gathered + w.compute_copies + ts.optimizer_state + live
     # after backward the gathered layers are resharded: the step sees stored parameters only
     step = w.stored + ts.optimizer_state + ts.gradients + ts.step_temporaries
-    rt = runtime_bytes(job, st, cublas, nccl_link, max(fwd_bwd, step), reserve_fraction)
+    rt = runtime_bytes(
+        job, st, place.cublas, place.nccl_link, max(fwd_bwd, step), place.reserve_fraction
+    )
     allocated = max(fwd_bwd, step) + rt.cublas
-    usable = cap * (1 - safety_margin)
+    usable = place.cap * (1 - place.safety_margin)
     reserve = squeezed_reserve(rt.reserve, allocated, rt.context + rt.nccl, usable)
     used = allocated + reserve + rt.context + rt.nccl
     # a paged optimizer's unified-memory state: resident where the card has room (within the
@@ -1415,28 +1389,15 @@ def _stage_estimate(
     shape: Shape,
     job: MemoryJob,
     st: Strategy,
-    cublas: float,
-    nccl_link: ovh.NcclLink,
-    cap: float,
+    place: _Placement,
     cap_basis: str,
-    safety_margin: float,
     image_size: int | None,
-    reserve_fraction: float,
     pipeline_stage: PipelineStage,
     totals: _StageTotals | None = None,
 ) -> MemoryEstimate:
-    t = totals or _stage_totals(
-        shape,
-        job,
-        st,
-        cublas,
-        nccl_link,
-        cap,
-        safety_margin,
-        image_size,
-        reserve_fraction,
-        pipeline_stage,
-    )
+    t = totals or _stage_totals(shape, job, st, place, image_size, pipeline_stage)
+    cap, safety_margin, nccl_link = place.cap, place.safety_margin, place.nccl_link
+    reserve_fraction = place.reserve_fraction
     mb = t.model
     w, ts, act, lay, tr = mb.weights, mb.training_state, mb.activations, mb.layout, mb.trained
     assumptions = [*mb.assumptions, *activation_notes(shape, job, st)]
