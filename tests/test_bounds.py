@@ -217,3 +217,28 @@ def test_the_layout_search_prefers_a_micro_batch_whose_upper_bound_fits() -> Non
     tight = fit(spec.model_copy(update={"micro_batch_size": 32}), gpu, 1)
     assert tight.memory.fits and tight.verdict == "tight"
     assert conf.fit.strategy.micro_batch_size < 32
+
+
+def test_risk_medium_keeps_a_tight_micro_batch_where_only_it_meets_the_deadline(cat) -> None:  # type: ignore[no-untyped-def]
+    """The sure micro-batch is preferred, but where it misses the deadline and the tight one
+    meets it, --risk medium still offers the option (as tight): no option is lost to the
+    preference. --risk high takes the fastest micro-batch the estimate fits throughout."""
+    repo = Path(__file__).resolve().parents[1]
+    bert = load_spec(repo / "examples" / "bert-base-finetune.yaml")
+    medium = plan(bert, cat, PlanSettings(risk="medium", top=2000))
+    high = plan(bert, cat, PlanSettings(risk="high", top=2000))
+
+    def keys(p):  # type: ignore[no-untyped-def]
+        return {(o.provider, o.instance_type, o.billing_mode, o.nodes) for o in p.options}
+
+    assert keys(medium) == keys(high)
+    tight = [o for o in medium.options if o.configuration.fit.verdict == "tight"]
+    assert tight and all(o.time_s <= 6 * 3600 for o in tight)
+    lora = load_spec(repo / "examples" / "llama3-8b-lora.yaml")
+
+    def b200(risk: str) -> str:
+        p = plan(lora, cat, PlanSettings(risk=risk, top=2000))
+        one = next(o for o in p.options if o.gpu == "B200" and o.gpus == 1)
+        return one.configuration.fit.verdict
+
+    assert (b200("medium"), b200("high")) == ("fits", "tight")

@@ -74,8 +74,10 @@ def plan_command(
         typer.Option(
             "--risk",
             help="Memory risk: low (only options whose 80% upper bound fits), medium (also "
-            "'tight' ones, where only the estimate fits, ranked after sure ones at equal cost) "
-            "or high (the estimate alone).",
+            "'tight' ones, where only the estimate fits, ranked after sure ones at equal cost; "
+            "each offering runs the largest micro-batch that fits surely, a tight one only where "
+            "no smaller one fits or only it meets the deadline or budget) or high (the estimate "
+            "alone: the fastest micro-batch it fits).",
         ),
     ] = "medium",
     overrides: SetOpt = None,

@@ -165,8 +165,13 @@ def configure(
     capacity: float | None = None,
     with_scaling: bool = True,
     require_fit: bool = True,
+    prefer_sure: bool = True,
 ) -> Configuration:
     """The fastest configuration of ``spec`` on ``count`` x ``gpu`` that fits in memory.
+
+    ``prefer_sure`` (default): of one layout's micro-batches, a ``tight`` one (only the point
+    estimate fits) is taken only where no smaller one fits with its upper bound too
+    (:func:`gpuplan.estimate.layout_search.search`); False: the fastest the estimate fits.
 
     ``require_fit=False`` is for timing a layout known to have run (validation
     rows): an explicit layout is timed even where our memory model says it does
@@ -228,7 +233,12 @@ def configure(
         return estimate_time(shape, job, st, gpu, topo, work=spec.work, image_size=spec.image_size)
 
     best, closest = search(
-        groups, check_of, time_of, count=count, require_fit=require_fit or not explicit
+        groups,
+        check_of,
+        time_of,
+        count=count,
+        require_fit=require_fit or not explicit,
+        prefer_sure=prefer_sure,
     )
     if best is None and not require_fit and closest is not None:
         st = closest[1]

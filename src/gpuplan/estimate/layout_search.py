@@ -232,6 +232,7 @@ def search(
     count: int,
     require_fit: bool = True,
     prune: bool = True,
+    prefer_sure: bool = True,
 ) -> tuple[Best | None, tuple[float, Strategy] | None]:
     """The fastest fitting option of ``groups`` and the closest miss (memory / usable, strategy).
 
@@ -240,6 +241,8 @@ def search(
 
     ``prune=False`` visits every layout (for tests: the bounds must not change the answer).
     ``require_fit=False`` times the largest option of each layout whatever its memory.
+    ``prefer_sure=False`` takes the largest micro-batch the point estimate fits, ``tight`` or not
+    (the planner's ``--risk high``, or a deadline that only the faster one meets).
     """
     plain = PlainTimes(time_of)
     bound = ComputeBound(groups, count, plain.time)
@@ -280,7 +283,7 @@ def search(
             # not fit (tight) only where no smaller one fits surely: a larger micro-batch buys
             # a few percent of speed, an out-of-memory error costs the run
             first = memory_of(st0)
-            roomy, sure = not first.reserve_squeezed, first.sure
+            roomy, sure = not first.reserve_squeezed, first.sure and prefer_sure
             lo, hi, fitting = 1, len(ordered) - 1, 0
             while lo <= hi:  # memory grows with the micro-batch: bisect the largest that fits
                 mid = (lo + hi) // 2

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuplan import __version__
 from gpuplan.catalog.loader import Catalog
-from gpuplan.catalog.schema import SCHEMA_VERSION, Offering, Price
+from gpuplan.catalog.schema import SCHEMA_VERSION, GpuSpec, Offering, Price
 from gpuplan.cost import CostOptions, DataPlan, Location, SpotRisk, Startup, job_cost
 from gpuplan.errors import GpuPlanError, InfeasibleError, MissingInputError
 from gpuplan.estimate import comm
@@ -200,6 +200,39 @@ def _margin(spec: JobSpec, settings: PlanSettings, gpus: int, gpus_per_node: int
     return max(settings.safety_margin, margin_for_sure_fit(hi))
 
 
+def _configure(
+    spec: JobSpec,
+    settings: PlanSettings,
+    off: Offering,
+    gpu: GpuSpec,
+    topo: comm.Topology,
+    *,
+    sure: bool,
+) -> Configuration | GpuPlanError:
+    """The offering's configuration (``sure``: prefer micro-batches whose upper bound fits), or
+    why it has none."""
+    try:
+        return configure(
+            spec,
+            gpu,
+            topo.gpus,
+            topo,
+            margin=_margin(spec, settings, topo.gpus, topo.gpus_per_node),
+            capacity=off.gpu_memory_bytes,
+            with_scaling=False,
+            prefer_sure=sure,
+        )
+    except GpuPlanError as exc:
+        return exc
+
+
+def _misses(o: Option, deadline: float | None, budget: float | None) -> bool:
+    """Whether ``o`` misses the spec's deadline or budget."""
+    return (deadline is not None and o.time_s > deadline) or (
+        budget is not None and o.cost_total > budget
+    )
+
+
 def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) -> Plan:
     """Plan ``spec`` over the whole catalog.
 
@@ -223,6 +256,7 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
     options: list[Option] = []
     rejected: list[Rejection] = []
     configs: dict[tuple[Any, ...], Configuration | GpuPlanError] = {}
+    fast_configs: dict[tuple[Any, ...], Configuration | GpuPlanError] = {}
     considered = 0
     for off in sorted(catalog.offerings, key=lambda o: (o.provider, o.instance_type, o.regions)):
         why_not = _allowed(off, spec)
@@ -260,18 +294,10 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
             )
             key = (gpu.id, shared, off.gpu_memory_bytes)
             if key not in configs:
-                try:
-                    configs[key] = configure(
-                        spec,
-                        gpu,
-                        topo.gpus,
-                        topo,
-                        margin=_margin(spec, settings, topo.gpus, topo.gpus_per_node),
-                        capacity=off.gpu_memory_bytes,
-                        with_scaling=False,
-                    )
-                except GpuPlanError as exc:
-                    configs[key] = exc
+                # --risk high ranks by the estimate alone: the fastest micro-batch it fits
+                configs[key] = _configure(
+                    spec, settings, off, gpu, topo, sure=settings.risk != "high"
+                )
             conf = configs[key]
             if isinstance(conf, GpuPlanError):
                 rejected.append(_offering_rejection(off, conf.message, nodes=nodes))
@@ -282,11 +308,34 @@ def plan(spec: JobSpec, catalog: Catalog, settings: PlanSettings | None = None) 
             for price in prices:
                 considered += 1
                 try:
-                    options.append(
-                        _option(
-                            off, price, nodes, conf, run_s, spec, catalog, currency, options_cost
-                        )
+                    opt = _option(
+                        off, price, nodes, conf, run_s, spec, catalog, currency, options_cost
                     )
+                    if settings.risk == "medium" and _misses(opt, deadline, budget):
+                        # a sure micro-batch that misses the deadline or the budget gives way to
+                        # the faster tight one where that one meets them (it ranks as tight)
+                        if key not in fast_configs:
+                            fast_configs[key] = _configure(
+                                spec, settings, off, gpu, topo, sure=False
+                            )
+                        fast = fast_configs[key]
+                        if (
+                            isinstance(fast, Configuration)
+                            and fast.fit.strategy != conf.fit.strategy
+                        ):
+                            alt = _option(
+                                off,
+                                price,
+                                nodes,
+                                fast,
+                                fast.time.time_to_train_s or 0.0,
+                                spec,
+                                catalog,
+                                currency,
+                                options_cost,
+                            )
+                            opt = opt if _misses(alt, deadline, budget) else alt
+                    options.append(opt)
                 except GpuPlanError as exc:
                     rejected.append(
                         _offering_rejection(
