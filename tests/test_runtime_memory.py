@@ -152,3 +152,12 @@ def test_fsdp_shards_the_adapters_with_the_base() -> None:
     # DDP keeps every adapter on every rank
     ddp = {**spec, "parallelism": {"sharding": "none"}}
     assert _details(ddp, "H100-SXM", 8)["weights: LoRA adapters"] == pytest.approx(one)
+
+
+def test_the_note_names_the_figure_that_priced_it() -> None:
+    """A Hopper NVSwitch pair has no NVLink SHARP: it is priced, and explained, as NVLink."""
+    spec = {"model": "llama-3-8b", "seq_len": 2048, "parallelism": {"sharding": "fsdp"}}
+    m = fit(parse_spec(spec), _gpu("H100-SXM"), 2).memory
+    note = next(a for a in m.assumptions if a.startswith("NCCL buffers"))
+    assert m.details["overhead: NCCL buffers"] == ovh.nccl_bytes((2,), "nvlink")
+    assert "nccl#964" in note and "nccl#864" not in note

@@ -1040,6 +1040,11 @@ def workspace_bytes(job: MemoryJob, gpu: GpuSpec | None) -> float:
     return ovh.cublas_workspace_bytes(gpu, job.cublas_workspace_per_handle, te=te)
 
 
+def nccl_groups(st: Strategy) -> tuple[int, ...]:
+    """The sizes of a rank's NCCL communicators: one for each parallel dimension above 1."""
+    return tuple(deg for deg in (st.dp, st.tp, st.pp, st.cp) if deg > 1)
+
+
 def runtime_bytes(
     job: MemoryJob,
     st: Strategy,
@@ -1051,14 +1056,13 @@ def runtime_bytes(
     """Step 4: cuBLAS workspaces (``cublas``, :func:`workspace_bytes` of the job and the
     GPU), allocator reserve, CUDA context, NCCL buffers (one communicator for each parallel
     dimension above 1, over ``nccl_link``: :func:`overheads.nccl_bytes`)."""
-    groups = tuple(deg for deg in (st.dp, st.tp, st.pp, st.cp) if deg > 1)
     return RuntimeBytes(
         cublas=cublas,
         reserve=ovh.allocator_reserve_bytes(allocated_model + cublas, reserve_fraction),
         context=(
             job.cuda_context_bytes if job.cuda_context_bytes is not None else ovh.CUDA_CONTEXT_BYTES
         ),
-        nccl=ovh.nccl_bytes(groups, nccl_link),
+        nccl=ovh.nccl_bytes(nccl_groups(st), nccl_link),
     )
 
 
@@ -1455,7 +1459,7 @@ def _stage_estimate(
     if rt.nccl:
         assumptions.append(
             f"NCCL buffers {rt.nccl / 2**20:.0f} MiB, outside PyTorch's allocator: "
-            + ovh.NCCL_LINK_NOTES[nccl_link]
+            + ovh.NCCL_LINK_NOTES[ovh.priced_link(nccl_groups(st), nccl_link)]
         )
     if job.framework == "hf" and st.pp > 1:
         assumptions.append(

@@ -184,6 +184,12 @@ def _pcie_communicator_bytes(ranks: int, p2p: bool) -> float:
     )
 
 
+def priced_link(groups: tuple[int, ...], link: NcclLink) -> NcclLink:
+    """The link whose figure prices ``groups``: NVLink SHARP needs more than two GPUs, so a
+    Hopper NVSwitch job whose communicators are all pairs is priced as plain NVLink."""
+    return "nvlink" if link == "nvls" and groups and max(groups) <= 2 else link
+
+
 def nccl_bytes(groups: tuple[int, ...], link: NcclLink = "other") -> float:
     """NCCL's device bytes on one rank, which is in one communicator of each size in
     ``groups`` (the degrees above 1 of its parallel dimensions; none on one GPU)."""
@@ -193,8 +199,7 @@ def nccl_bytes(groups: tuple[int, ...], link: NcclLink = "other") -> float:
         return NCCL_MODULE_BYTES + sum(
             _pcie_communicator_bytes(g, link == "pcie-p2p") for g in groups
         )
-    if link == "nvls" and max(groups) <= 2:
-        link = "nvlink"  # NVLink SHARP needs more than two GPUs
+    link = priced_link(groups, link)
     if link == "nvlink":
         per = sum(NCCL_NVLINK_PAIR_BYTES if g <= 2 else NCCL_NVLINK_GROUP_BYTES for g in groups)
         return min(NCCL_MAX_BYTES, NCCL_MODULE_BYTES + per)
