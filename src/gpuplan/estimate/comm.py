@@ -17,6 +17,16 @@ from gpuplan.errors import MissingInputError
 from gpuplan.estimate.calibration import Efficiencies
 
 
+def usual_intra_node(gpu: GpuSpec, gpus_per_node: int) -> str:
+    """The usual board for a GPU: SXM parts on NVSwitch, OAM parts on Infinity Fabric, PCIe cards
+    on PCIe ("none" with one GPU a node)."""
+    if gpus_per_node <= 1:
+        return "none"
+    if gpu.form_factor in ("sxm", "superchip"):
+        return "nvswitch"
+    return "infinity-fabric" if gpu.form_factor == "oam" else "pcie"
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Topology:
     """Where the GPUs are: per-node count, links inside and between nodes."""

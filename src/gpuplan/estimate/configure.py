@@ -23,6 +23,7 @@ from gpuplan.estimate.fit import (
     check_precision,
     max_micro_batch,
     memory_job,
+    memory_verdict,
     spec_shape,
     strategy_class,
 )
@@ -93,19 +94,10 @@ def default_topology(
 ) -> comm.Topology:
     """The usual board for a GPU: SXM/OAM parts on NVSwitch (or Infinity Fabric), PCIe cards on PCIe."""
     gpn = gpus_per_node or min(count, 8)
-    if intra_node is None:
-        if gpn <= 1:
-            intra_node = "none"
-        elif gpu.form_factor in ("sxm", "superchip"):
-            intra_node = "nvswitch"
-        elif gpu.form_factor == "oam":
-            intra_node = "infinity-fabric"
-        else:
-            intra_node = "pcie"
     return comm.Topology(
         gpus=count,
         gpus_per_node=gpn,
-        intra_node=intra_node,
+        intra_node=intra_node or comm.usual_intra_node(gpu, gpn),
         inter_node_gbps=inter_node_gbps,
         fabric=fabric,
         hosting=hosting,
@@ -210,9 +202,8 @@ def configure(
                 gpus_per_node=topo.gpus_per_node,
             )
             # the verdict `fits` asks the upper bound of the layout's job class to fit too
-            bounds = bounds_for("memory", strategy_class(spec, st, count, topo.gpus_per_node))
-            upper = bounds.around(mem.device_used_bytes - mem.evictable_bytes)[1]
-            mem = dataclasses.replace(mem, sure=mem.fits and upper <= mem.capacity_bytes)
+            cls = strategy_class(spec, st, count, topo.gpus_per_node)
+            mem = dataclasses.replace(mem, sure=memory_verdict(cls, mem) == "fits")
             cache[st] = mem
         return mem
 

@@ -18,6 +18,7 @@ from gpuplan.estimate.frameworks import CHECKPOINT_EARLY_STOP, DS_COALESCED_GATH
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
     DEFAULT_SAFETY_MARGIN,
+    MemoryCheck,
     MemoryEstimate,
     MemoryJob,
     check_memory,
@@ -418,10 +419,7 @@ class FitResult:
     @property
     def verdict(self) -> bnd.Verdict:
         """``fits`` (the upper bound fits), ``tight`` (only the estimate fits) or ``no``."""
-        m = self.memory
-        # what the driver pages out makes room for the rest: only the rest is bounded
-        upper = self.memory_bounds.around(m.device_used_bytes - m.evictable_bytes)[1]
-        return bnd.verdict(m.fits, upper, m.capacity_bytes)
+        return memory_verdict(self.job_class, self.memory)
 
     def as_contract(self) -> dict[str, object]:
         """The ``memory`` object of ``gpuplan estimate --json``."""
@@ -457,6 +455,13 @@ class FitResult:
             }
             or None,
         }
+
+
+def memory_verdict(job_class: str, m: MemoryEstimate | MemoryCheck) -> bnd.Verdict:
+    """The verdict of a memory estimate (or check) against the 80% bounds of ``job_class``."""
+    # what the driver pages out makes room for the rest: only the rest is bounded
+    upper = bnd.bounds_for("memory", job_class).around(m.device_used_bytes - m.evictable_bytes)[1]
+    return bnd.verdict(m.fits, upper, m.capacity_bytes)
 
 
 def max_micro_batch(

@@ -599,8 +599,8 @@ def fsdp_root_bytes(
     ``reshard_after_forward`` is explicit, only to gather them again for the head's backward.
     Where the embedding is a unit of its own (torchtitan since #1094) it is resharded after its
     forward, and only the final norm and the head remain (a tied head is that unit's weight).
-    DeepSpeed's ZeRO-3 releases each
-    module's parameters after use and Megatron gathers per layer: nothing of this there.
+    DeepSpeed's ZeRO-3 releases each module's parameters after use and Megatron gathers per
+    layer: nothing of this there.
     """
     if lay.engine not in ("pytorch", "torchtitan") or lay.param_ranks <= 1:
         return 0.0

@@ -69,6 +69,7 @@ import dataclasses
 from typing import Literal
 
 from gpuplan.catalog.schema import GpuSpec
+from gpuplan.estimate.comm import usual_intra_node
 
 MIB = 2**20
 CUDA_CONTEXT_BYTES = 500 * MIB
@@ -163,9 +164,8 @@ def nccl_link(gpu: GpuSpec | None, intra_node: str | None, *, multi_node: bool) 
     usual board, SXM parts on NVSwitch and PCIe cards on PCIe)."""
     if multi_node or gpu is None:
         return "other"
-    link = intra_node or {"sxm": "nvswitch", "superchip": "nvswitch", "pcie": "pcie"}.get(
-        gpu.form_factor, "other"
-    )
+    # NCCL runs between GPUs of one node: the board of a node of more than one
+    link = intra_node or usual_intra_node(gpu, gpus_per_node=2)
     if link == "pcie":
         return "pcie-p2p" if gpu.pcie_p2p else "pcie-shm"
     if link == "nvswitch" and _major(gpu) >= 9:
