@@ -348,7 +348,7 @@ def test_refused_rows_count_the_interleaved_warm_up(tmp_path: Path) -> None:
     )
     row = (
         'inter,ok,"{model: llama-3-70b, method: full, precision: bf16-mixed, seq_len: 8192, '
-        "global_batch_size: 64, micro_batch_size: 1, "
+        "global_batch_size: 64, micro_batch_size: 1, framework: hf, "
         'parallelism: {sharding: zero1, tp: 2, pp: 4, vp: 5}}",H100-SXM,8,8,nvswitch,,,'
         "tokens_per_s_per_gpu,10,tokens/s/gpu,test,test,test\n"
     )
@@ -364,6 +364,7 @@ def test_refused_rows_count_the_interleaved_warm_up(tmp_path: Path) -> None:
             "seq_len": 8192,
             "global_batch_size": 64,
             "micro_batch_size": 1,
+            "framework": "hf",
             "parallelism": {"sharding": "zero1", "tp": 2, "pp": 4, "vp": 5},
         }
     )

@@ -554,8 +554,9 @@ def test_llmfoundry_fp8_out_projection_keeps_its_fp8_cast() -> None:
 
 
 def test_hf_under_a_pipeline_says_which_engine_to_name() -> None:
+    """A spec that states hf under a pipeline is estimated as hf, with the warning."""
     h100 = load_catalog(use_user=False).gpu("H100-SXM")
-    base = {"model": "llama-2-70b", "seq_len": 4096, "precision": "bf16-mixed"}
+    base = {"model": "llama-2-70b", "seq_len": 4096, "precision": "bf16-mixed", "framework": "hf"}
     piped = fit(
         parse_spec({**base, "parallelism": {"sharding": "zero1", "tp": 4, "pp": 4}}), h100, 64
     )
@@ -566,6 +567,56 @@ def test_hf_under_a_pipeline_says_which_engine_to_name() -> None:
         {**base, "framework": "megatron", "parallelism": {"sharding": "zero1", "tp": 4, "pp": 4}}
     )
     assert not any("no pipeline engine" in a for a in fit(mega, h100, 64).memory.assumptions)
+
+
+def test_unstated_framework_under_a_pipeline_reads_as_megatron() -> None:
+    """Transformers has no pipeline engine: a pipeline-parallel spec that names no framework is
+    estimated as Megatron-Core runs it, and says so; without pipeline stages it stays hf, and a
+    stated framework is kept (gpuplan.estimate.fit.engine_spec)."""
+    h100 = load_catalog(use_user=False).gpu("H100-SXM")
+    base = {"model": "llama-2-70b", "seq_len": 4096, "precision": "bf16-mixed"}
+    piped = {"sharding": "zero1", "tp": 4, "pp": 4}
+    unstated = fit(parse_spec({**base, "parallelism": piped}), h100, 64)
+    mega = fit(parse_spec({**base, "framework": "megatron", "parallelism": piped}), h100, 64)
+    stated_hf = fit(parse_spec({**base, "framework": "hf", "parallelism": piped}), h100, 64)
+    assert unstated.memory.device_used_bytes == mega.memory.device_used_bytes
+    assert unstated.memory.device_used_bytes < stated_hf.memory.device_used_bytes
+    assert any("framework not stated" in a for a in unstated.memory.assumptions)
+    assert not any("framework not stated" in a for a in mega.memory.assumptions)
+    flat = {"sharding": "zero1", "tp": 4}
+    no_pp = fit(parse_spec({**base, "parallelism": flat}), h100, 64)
+    no_pp_hf = fit(parse_spec({**base, "framework": "hf", "parallelism": flat}), h100, 64)
+    assert no_pp.memory.device_used_bytes == no_pp_hf.memory.device_used_bytes
+    # what only a PyTorch training loop has keeps hf
+    loop = parse_spec({**base, "hf_trainer": True, "parallelism": piped})
+    assert not any("framework not stated" in a for a in fit(loop, h100, 64).memory.assumptions)
+    # the layout search compares its layouts under one engine: hf, stages or not
+    auto = fit(parse_spec({**base, "global_batch_size": 64}), h100, 64)
+    assert not any("framework not stated" in a for a in auto.memory.assumptions)
+
+
+def test_trace_refuses_an_estimate_read_as_another_engine() -> None:
+    """The tracer runs Transformers' model code: an analytic estimate that read the spec as
+    Megatron's is not its like (``fit --trace`` states the framework first)."""
+    pytest.importorskip("torch")
+    from gpuplan.errors import SpecError
+    from gpuplan.estimate.fit import pinned_framework
+    from gpuplan.trace import trace_fit
+
+    h100 = load_catalog(use_user=False).gpu("H100-SXM")
+    spec = parse_spec(
+        {
+            "model": "llama-3.2-1b",
+            "seq_len": 1024,
+            "global_batch_size": 4,
+            "parallelism": {"tp": 2, "pp": 2},
+        }
+    )
+    with pytest.raises(SpecError, match="no framework"):
+        trace_fit(spec, fit(spec, h100, 4))
+    pinned = pinned_framework(spec)
+    assert pinned.framework == "hf" and "framework" in pinned.model_fields_set
+    assert not any("framework not stated" in a for a in fit(pinned, h100, 4).memory.assumptions)
 
 
 def _loss_memory(a100: GpuSpec, **megatron: object) -> tuple[float, float]:

@@ -124,6 +124,8 @@ SLICES = [
             "seq_len": 1024,
             "global_batch_size": 4,
             "parallelism": {"tp": 2, "pp": 2},
+            # the tracer runs Transformers' model code; unstated, pp 2 reads as Megatron-Core's
+            "framework": "hf",
         },
         4,
     ),

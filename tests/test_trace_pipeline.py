@@ -30,6 +30,9 @@ def _spec(**parallelism: object) -> object:
             "seq_len": 2048,
             "micro_batch_size": 1,
             "global_batch_size": 16,
+            # the tracer runs Transformers' model code (unstated, a pipeline-parallel spec reads
+            # as Megatron-Core's: gpuplan.estimate.fit.engine_spec)
+            "framework": "hf",
             # the trace shards no sequence: compare like with like
             "parallelism": {"tp": 2, "sequence_parallel": False, **parallelism},
         }
@@ -100,6 +103,7 @@ def test_last_stage_holds_the_head_and_not_the_embedding() -> None:
             "micro_batch_size": 1,
             "global_batch_size": 4,
             "parallelism": {"tp": 2, "pp": 2, "sequence_parallel": False},
+            "framework": "hf",
         }
     )
     analytic = fit(spec, load_catalog(use_user=False).gpu("H100-SXM"), 4)

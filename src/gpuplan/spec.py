@@ -512,7 +512,11 @@ class JobSpec(_Spec):
         "fused cross-entropy) or apex (NVIDIA Apex amp O2, as NVIDIA's DeepLearningExamples "
         "run it: fp16 model weights and gradients, fp32 master weights and Adam moments in the "
         "optimizer, no autocast; sharding none only). It decides what each "
-        "`parallelism.sharding` value keeps per parameter.",
+        "`parallelism.sharding` value keeps per parameter. Not stated: hf, except that a "
+        "stated layout with pipeline stages (parallelism.pp > 1) is read as megatron, since "
+        "Transformers has no pipeline engine (unless hf_trainer, optimizer_in_backward or "
+        "paged_optimizer asks for a PyTorch training loop); the estimate says so. "
+        "`parallelism: auto` compares its layouts under one engine, hf unless stated.",
     )
     pytorch_version: str | None = Field(
         default=None,

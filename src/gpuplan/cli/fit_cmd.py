@@ -64,13 +64,16 @@ def fit_command(
     """Per-GPU peak memory of a training step: does it fit, with what headroom and micro-batch."""
     from gpuplan.catalog.loader import load_catalog
     from gpuplan.errors import SpecError
-    from gpuplan.estimate.fit import fit
+    from gpuplan.estimate.fit import fit, pinned_framework
     from gpuplan.report.payloads import fit_payload, fit_rows
     from gpuplan.spec import load_spec
 
     if trace and gpu is None:
         raise SpecError("--trace: needs --gpu (the table of every GPU is analytic only)")
     spec = load_spec(spec_path, overrides or [])
+    if trace:
+        # the tracer runs Transformers' model code: the analytic side reads the spec the same
+        spec = pinned_framework(spec)
     cat = load_catalog(catalog)
     if gpu is not None:
         result = fit(spec, cat.gpu(gpu), gpus, margin=margin)

@@ -125,8 +125,47 @@ PEFT_FP32_ADAPTERS = (0, 12, 0)
 (TRL's ``prepare_peft_model`` checks the same release)."""
 
 
+PIPELINE_ENGINE = "megatron"
+"""The engine a spec that states pipeline stages but no framework is read as."""
+
+
+def engine_spec(spec: JobSpec) -> JobSpec:
+    """``spec`` as the engine that runs it reads it.
+
+    A spec that names no ``framework`` is read as ``hf``: Transformers' model code in a
+    PyTorch training loop. Transformers has no pipeline engine, so a spec that states pipeline
+    stages (``parallelism.pp > 1``) and no framework runs on another engine's model code; it is
+    read as Megatron-Core's, the engine of Megatron-LM, NeMo and Megatron-Bridge and the model
+    code that Megatron-DeepSpeed pipelines. A spec that asks for what only a PyTorch training
+    loop has (``hf_trainer``, ``optimizer_in_backward``, ``paged_optimizer``) stays ``hf``, and
+    a stated framework is always kept. ``parallelism: auto`` keeps ``hf`` for every layout it
+    tries, so that its layouts are compared under one engine.
+    """
+    par = spec.parallelism
+    if (
+        not isinstance(par, ParallelismSpec)
+        or par.pp == 1
+        or "framework" in spec.model_fields_set
+        or spec.hf_trainer
+        or spec.optimizer_in_backward
+        or spec.paged_optimizer
+    ):
+        return spec
+    return spec.model_copy(update={"framework": PIPELINE_ENGINE})
+
+
+def pinned_framework(spec: JobSpec) -> JobSpec:
+    """``spec`` with its framework stated, so that it is read as that framework whatever its
+    layout (the tracer runs Transformers' model code)."""
+    return spec.model_copy(update={"framework": spec.framework})
+
+
 def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
-    """The memory-relevant part of a spec, resolved against the model."""
+    """The memory-relevant part of a spec, resolved against the model, as the engine that runs
+    it reads it (:func:`engine_spec`)."""
+    engine = engine_spec(spec)
+    if engine is not spec:
+        return dataclasses.replace(memory_job(engine, shape), framework_assumed=True)
     roles: frozenset[str] = frozenset()
     rank = 0
     dropout = 0.0

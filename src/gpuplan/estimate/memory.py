@@ -118,6 +118,9 @@ class MemoryJob:
     cudnn_attention: bool = False
     attention_auto: bool = False
     framework: str = "hf"
+    framework_assumed: bool = False
+    """The spec names no framework and states a layout ``hf`` has no engine for
+    (:func:`gpuplan.estimate.fit.engine_spec`): ``framework`` is the engine that runs it."""
     compiled: bool = False
     compiled_loss: bool | None = None
     """The loss is compiled (spec ``compile_loss``); None: as ``compiled``."""
@@ -1460,6 +1463,13 @@ def _stage_estimate(
         assumptions.append(
             f"NCCL buffers {rt.nccl / 2**20:.0f} MiB, outside PyTorch's allocator: "
             + ovh.NCCL_LINK_NOTES[ovh.priced_link(nccl_groups(st), nccl_link)]
+        )
+    if job.framework_assumed:
+        assumptions.append(
+            f"framework not stated: with pp {st.pp} stated the job runs on a pipeline engine, "
+            f"and {job.framework}'s semantics are assumed (Megatron-Core: Megatron-LM, NeMo, "
+            "Megatron-Bridge, and the model code of Megatron-DeepSpeed); Hugging Face "
+            "Transformers has none. Set framework to the engine that runs the job"
         )
     if job.framework == "hf" and st.pp > 1:
         assumptions.append(

@@ -803,10 +803,16 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
     """
     import math
 
-    from gpuplan.estimate.fit import model_shape
+    from gpuplan.estimate.fit import PIPELINE_ENGINE, engine_spec, model_shape
     from gpuplan.estimate.frameworks import FRAMEWORKS
 
     st = analytic.strategy
+    if engine_spec(spec) is not spec:
+        raise SpecError(
+            f"--trace: runs Transformers' model code, while the analytic estimate reads a spec "
+            f"that states pipeline stages and no framework as {PIPELINE_ENGINE}'s",
+            hint="state framework: hf (gpuplan.estimate.fit.pinned_framework)",
+        )
     engine = FRAMEWORKS[spec.framework].engine
     if engine != "pytorch" and st.sharding != "none" and st.dp > 1:
         raise SpecError(
