@@ -865,3 +865,57 @@ def test_deepspeed_overlap_comm_double_buffers_stage_1_and_2(a100: GpuSpec) -> N
     for bad in ("maybe", 3):
         with pytest.raises(GpuPlanError, match="deepspeed.overlap_comm"):
             _full("deepspeed", "zero2", deepspeed={"overlap_comm": bad})
+
+
+def test_fused_kernels_keep_the_norm_input_and_the_swiglu_inputs() -> None:
+    """``fused_kernels: true`` (Liger Kernel, flash-attn's norms, xformers' SwiGLU): a norm
+    keeps its input in the residual stream's dtype, fp32 under autocast with fp32 parameters,
+    plus the fp32 rstd; the gated MLP keeps its gate and up outputs; K/V are not repeated; each
+    autocast linear still keeps its own bf16 cast of the fp32 norm output."""
+    base = {"model": "llama-3-8b", "seq_len": 2048, "precision": "bf16-mixed"}
+    shape = model_shape("llama-3-8b")
+    h, f = shape.hidden, shape.ffn
+    plain = _items(parse_spec(base))
+    fused = _items(parse_spec({**base, "fused_kernels": True}))
+    assert "attn rmsnorm fp32 input" in plain and "attn rmsnorm fp32 input" not in fused
+    assert fused["attn norm input (fused)"] == 4 * h + 4
+    assert fused["mlp gate and up outputs (fused SwiGLU input)"] == 2 * 2 * f
+    assert "mlp activation output + up output" not in fused
+    assert fused["attn qkv input (q/k/v)"] == plain["attn qkv input (q/k/v)"] == 3 * 2 * h
+    kv = shape.kv_heads * shape.head_dim
+    assert fused["attn q, k, v (SDPA inputs)"] == 2 * (shape.heads * shape.head_dim + 2 * kv)
+    assert sum(fused.values()) < 0.75 * sum(plain.values())
+    # under FSDP with 16-bit compute parameters (llm-foundry) the residual stream is bf16
+    foundry = _items(
+        parse_spec(
+            {
+                **base,
+                "framework": "llmfoundry",
+                "fused_kernels": True,
+                "parallelism": {"sharding": "fsdp"},
+            }
+        )
+    )
+    assert foundry["attn norm input (fused)"] == 2 * h + 4
+
+
+def test_fused_kernels_are_megatron_s_own() -> None:
+    from gpuplan.errors import SpecError
+
+    base = {"model": "llama-3-8b", "seq_len": 2048, "framework": "megatron"}
+    assert _items(parse_spec({**base, "fused_kernels": True})) == _items(parse_spec(base))
+    with pytest.raises(SpecError, match="fused_kernels"):
+        parse_spec({**base, "fused_kernels": False})
+    with pytest.raises(SpecError, match="fused_kernels"):
+        parse_spec({"model": "llama-3-8b", "seq_len": 2048, "fused_kernels": 2})
+
+
+def test_trace_refuses_fused_kernels() -> None:
+    pytest.importorskip("torch")
+    from gpuplan.errors import SpecError
+    from gpuplan.trace import trace_fit
+
+    spec = parse_spec({"model": "llama-3.2-1b", "seq_len": 512, "fused_kernels": True})
+    h100 = load_catalog(use_user=False).gpu("H100-SXM")
+    with pytest.raises(SpecError, match="fused_kernels"):
+        trace_fit(spec, fit(spec, h100, 1))

@@ -486,6 +486,16 @@ class JobSpec(_Spec):
         "no transposes; fused: NHWC with batch norm, ReLU and adds fused into the convolutions "
         "(NVIDIA's MLPerf ResNet with cuDNN fusions, or a fusing compiler).",
     )
+    fused_kernels: bool | None = Field(
+        default=None,
+        description="The transformer's norms and gated activation run as fused kernels "
+        "(Liger Kernel, flash-attn's rms_norm/layer_norm, xformers' or Apex's SwiGLU, as "
+        "TinyLlama and many fine-tuning stacks run them; Transformer Engine under megatron): a "
+        "norm keeps its input, in the residual stream's dtype, and its fp32 statistics, not "
+        "fp32 copies; the gated MLP keeps its gate and up outputs, not the activation's output; "
+        "grouped-query K/V reach the attention kernel unrepeated. Memory only. Default: the "
+        "framework's (megatron: yes; the others: no).",
+    )
     activation_checkpointing: Checkpointing = Field(
         default="none",
         description="Recompute in backward: selective (Megatron: the attention core), "
@@ -690,6 +700,11 @@ class JobSpec(_Spec):
             raise ValueError(
                 f"deepspeed.version: {ds_version} has no ZeRO-3 (first in 0.3.13); use sharding "
                 "zero1 or zero2, or a later release"
+            )
+        if self.fused_kernels is False and self.framework == "megatron":
+            raise ValueError(
+                "fused_kernels: megatron runs Transformer Engine's fused kernels; allowed with "
+                "framework megatron: true or unset"
             )
         if self.megatron is not None and self.framework != "megatron":
             raise ValueError(

@@ -96,9 +96,11 @@ class Numerics:
     autograd saves needs the 16-bit logits (the loss upcasts them and keeps its own fp32
     log-softmax)."""
     fused_kernels: bool = False
-    """Transformer Engine (Megatron): fused norm + linear keeps the 16-bit norm input and the
-    fp32 rstd, the fused SwiGLU keeps its input (and the down projection its own input), and
-    attention reads grouped K/V without repeating them."""
+    """Fused norm and gated-activation kernels: Transformer Engine (Megatron), or the spec's
+    ``fused_kernels`` (Liger Kernel, flash-attn's norms, xformers' SwiGLU). A fused norm keeps
+    its input (16-bit under TE; the fp32 residual stream under autocast with fp32 parameters)
+    and the fp32 rstd, the fused SwiGLU keeps its input (and the down projection its own
+    input), and attention reads grouped K/V without repeating them."""
 
     @property
     def loss_is_compiled(self) -> bool:
@@ -187,10 +189,13 @@ def _norm(shape: Shape, num: Numerics, tr: Trainable, where: str) -> list[Item]:
     a = num.act_bytes
     if num.compiled or num.fused_kernels:
         kind = "compiled" if num.compiled else "fused"
+        # a fused kernel keeps its input as it comes: under autocast with fp32 parameters
+        # the residual stream is fp32 (Transformer Engine's runs on 16-bit parameters)
+        fp32_in = not num.compiled and num.autocast and not num.residual_16bit
         return [
             Item(
                 name=f"{where} norm input ({kind})",
-                bytes_per_token=a * h + FP32,
+                bytes_per_token=(FP32 if fp32_in else a) * h + FP32,
                 tp_replicated=True,
             )
         ]
@@ -248,9 +253,10 @@ def _linear_inputs(
     items = []
     saving = [r for r in roles if tr.saves_input(r)]
     if saving and not input_counted:
-        fused = num.compiled or num.fused_kernels
         cast = num.autocast and fp32_input and not num.residual_16bit
-        copies = len(saving) if (cast and not fused) else 1
+        # autocast casts the fp32 input once per linear (a fused norm returns it in fp32 too);
+        # a compiled graph casts it once for all of them
+        copies = len(saving) if (cast and not num.compiled) else 1
         in_bytes = 1 if num.fp8_linear_inputs else a
         items.append(
             Item(

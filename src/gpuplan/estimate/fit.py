@@ -233,6 +233,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         if spec.cublas_workspace_config is None
         else ovh.cublas_config_bytes(spec.cublas_workspace_config),
         cnn_kernels=spec.cnn_kernels,
+        fused_kernels=spec.fused_kernels,
         tp_comm_overlap=spec.parallelism.tp_comm_overlap
         if isinstance(spec.parallelism, ParallelismSpec)
         else "auto",

@@ -131,6 +131,9 @@ class MemoryJob:
     cublas_workspace_per_handle: float | None = None
     """Bytes of each PyTorch cuBLAS workspace (spec ``cublas_workspace_config``); None:
     PyTorch's default for the GPU."""
+    fused_kernels: bool | None = None
+    """Fused norm and gated-activation kernels (spec ``fused_kernels``); None: the
+    framework's."""
     cnn_kernels: str = "eager"
     """How a CNN's kernels run (spec ``cnn_kernels``); decides time, not memory."""
     deepspeed: DeepSpeedOptions | None = None
@@ -811,7 +814,7 @@ def _activation_profile(
         python_gelu=fw.python_gelu,
         compiled=job.compiled,
         compiled_loss=job.loss_compiled,
-        fused_kernels=fw.fused_kernels,
+        fused_kernels=fw.fused_kernels if job.fused_kernels is None else job.fused_kernels,
         residual_16bit=fw.residual_16bit and autocast,
         fused_loss=fw.fused_loss,
         loss_grad_in_place=fw.loss_grad_in_place,

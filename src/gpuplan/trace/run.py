@@ -813,6 +813,12 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             f"that states pipeline stages and no framework as {PIPELINE_ENGINE}'s",
             hint="state framework: hf (gpuplan.estimate.fit.pinned_framework)",
         )
+    if spec.fused_kernels:
+        raise SpecError(
+            "--trace: traces the model's own PyTorch code; fused_kernels is estimated "
+            "analytically only",
+            hint="drop --trace, or fused_kernels",
+        )
     engine = FRAMEWORKS[spec.framework].engine
     if engine != "pytorch" and st.sharding != "none" and st.dp > 1:
         raise SpecError(
