@@ -919,3 +919,38 @@ def test_trace_refuses_fused_kernels() -> None:
     h100 = load_catalog(use_user=False).gpu("H100-SXM")
     with pytest.raises(SpecError, match="fused_kernels"):
         trace_fit(spec, fit(spec, h100, 1))
+
+
+def _head(spec) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(saved activation bytes, loss/logits gradient bytes at the start of backward)."""
+    h100 = load_catalog(use_user=False).gpu("H100-SXM")
+    d = fit(spec, h100, 1).memory.details
+    return (
+        d["activations: saved for backward"],
+        d.get("activations: loss/logits gradients (start of backward)", 0.0),
+    )
+
+
+def test_loss_kernels() -> None:
+    """eager keeps the 16-bit logits and the fp32 log-softmax; fused (flash-attn's, Liger's
+    cross-entropy) the 16-bit logits and an fp32 logsumexp; fused-linear (Liger's fused linear
+    cross-entropy) no logits, only the hidden state's gradient, and no logits gradient at the
+    start of backward. One micro-batch of 2,048 tokens."""
+    from gpuplan.errors import SpecError
+
+    base = {"model": "llama-3-8b", "seq_len": 2048, "precision": "bf16-mixed", "method": "lora"}
+    shape = model_shape("llama-3-8b")
+    v, h, tokens = shape.vocab, shape.hidden, 2048
+    eager, eager_t = _head(parse_spec({**base, "loss_kernel": "eager"}))
+    auto = _head(parse_spec(base))
+    fused, fused_t = _head(parse_spec({**base, "loss_kernel": "fused"}))
+    linear, linear_t = _head(parse_spec({**base, "loss_kernel": "fused-linear"}))
+    assert auto == (eager, eager_t)
+    assert eager - fused == pytest.approx(tokens * (4 * v - 4))
+    assert fused - linear == pytest.approx(tokens * (2 * v + 4 - 2 * h))
+    assert linear_t == 0.0 < fused_t < eager_t
+    # llm-foundry runs flash-attn's fused loss; eager turns it off
+    foundry = {**base, "framework": "llmfoundry"}
+    assert _head(parse_spec(foundry))[0] < _head(parse_spec({**foundry, "loss_kernel": "eager"}))[0]
+    with pytest.raises(SpecError, match="loss_kernel"):
+        parse_spec({**base, "method": "full", "framework": "megatron", "loss_kernel": "fused"})

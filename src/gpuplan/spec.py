@@ -610,6 +610,17 @@ class JobSpec(_Spec):
         description="Chunks the LM head and loss run in (1 = the whole logits tensor at once); "
         "default: the framework's (torchtune 8, litgpt 16, the others 1).",
     )
+    loss_kernel: Literal["auto", "eager", "fused", "fused-linear"] = Field(
+        default="auto",
+        description="How the LM head's loss runs (decoders). eager: log-softmax and NLL in "
+        "PyTorch, an fp32 copy of the logits kept for backward; fused: a fused cross-entropy "
+        "(flash-attn's, Liger Kernel's LigerCrossEntropyLoss) keeps the 16-bit logits and an "
+        "fp32 logsumexp, and its backward writes a 16-bit gradient; fused-linear: the LM head "
+        "and the loss fused and chunked (Liger Kernel's LigerFusedLinearCrossEntropyLoss, "
+        "Apple's cut-cross-entropy): no logits are kept, only the hidden state's gradient, "
+        "computed in forward. Memory only. auto: the framework's (llmfoundry fused, the others "
+        "eager; under megatron, megatron.cross_entropy_fusion decides instead).",
+    )
     zero_grad: Literal["set_to_none", "zeros"] = Field(
         default="set_to_none",
         description="How gradients are cleared between steps: set_to_none (freed, so they are "
@@ -700,6 +711,11 @@ class JobSpec(_Spec):
             raise ValueError(
                 f"deepspeed.version: {ds_version} has no ZeRO-3 (first in 0.3.13); use sharding "
                 "zero1 or zero2, or a later release"
+            )
+        if self.loss_kernel != "auto" and self.framework == "megatron":
+            raise ValueError(
+                "loss_kernel: under framework megatron, megatron.cross_entropy_fusion decides "
+                "the loss; allowed with megatron: auto"
             )
         if self.fused_kernels is False and self.framework == "megatron":
             raise ValueError(

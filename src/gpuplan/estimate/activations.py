@@ -62,6 +62,10 @@ class Numerics:
     fused_loss: bool = False
     """flash-attn's ``CrossEntropyLoss``: keeps the 16-bit logits and an fp32 logsumexp per
     token, and its backward writes a 16-bit logits gradient (no fp32 copy)."""
+    fused_linear_loss: bool = False
+    """The LM head and the loss fused and chunked (Liger Kernel's
+    ``LigerFusedLinearCrossEntropyLoss``): no logits are kept; forward computes the hidden
+    state's gradient, in the input's dtype, chunk by chunk."""
     loss_grad_in_place: bool = False
     """The loss writes its fp32 gradient into the fp32 softmax it saved, and the backward of
     the logits' upcast casts it to 16 bits: the only new tensor at the start of backward is
@@ -542,6 +546,14 @@ def head_items(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
                 )
             )
         v = shape.vocab
+        if num.fused_linear_loss:
+            # Liger's fused_linear_cross_entropy_forward: grad_input (the hidden state's
+            # gradient, in its dtype) is filled chunk by chunk in forward and kept for backward;
+            # a chunk's logits (about as many elements as the hidden states) come and go
+            items.append(
+                Item(name="hidden-state gradient (fused linear loss)", bytes_per_token=a * h)
+            )
+            return items
         if shape.final_softcapping:
             # Gemma 2's capped logits, cap * tanh(logits / cap): tanh keeps its output
             # (transformers' Gemma2ForCausalLM; LitGPT's GPT.forward, per lm_head chunk)
@@ -571,8 +583,9 @@ def backward_transient_per_token(shape: Shape, num: Numerics) -> float:
     """Extra bytes per token at the start of backward (loss and logits gradients)."""
     if shape.family != "decoder":
         return 0.0
-    if num.te_cross_entropy:
-        # the gradient was written into the kept logits during forward
+    if num.te_cross_entropy or num.fused_linear_loss:
+        # the gradient was written into the kept logits (TE) or computed for the hidden state
+        # (a fused linear loss) during forward
         return 0.0
     if num.fused_loss:
         # flash-attn's cross-entropy backward writes the 16-bit logits gradient directly

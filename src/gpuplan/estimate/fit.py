@@ -234,6 +234,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         else ovh.cublas_config_bytes(spec.cublas_workspace_config),
         cnn_kernels=spec.cnn_kernels,
         fused_kernels=spec.fused_kernels,
+        loss_kernel=spec.loss_kernel,
         tp_comm_overlap=spec.parallelism.tp_comm_overlap
         if isinstance(spec.parallelism, ParallelismSpec)
         else "auto",

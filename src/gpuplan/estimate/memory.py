@@ -131,6 +131,8 @@ class MemoryJob:
     cublas_workspace_per_handle: float | None = None
     """Bytes of each PyTorch cuBLAS workspace (spec ``cublas_workspace_config``); None:
     PyTorch's default for the GPU."""
+    loss_kernel: str = "auto"
+    """The LM head's loss kernel (spec ``loss_kernel``): auto, eager, fused, fused-linear."""
     fused_kernels: bool | None = None
     """Fused norm and gated-activation kernels (spec ``fused_kernels``); None: the
     framework's."""
@@ -816,7 +818,8 @@ def _activation_profile(
         compiled_loss=job.loss_compiled,
         fused_kernels=fw.fused_kernels if job.fused_kernels is None else job.fused_kernels,
         residual_16bit=fw.residual_16bit and autocast,
-        fused_loss=fw.fused_loss,
+        fused_loss=fw.fused_loss if job.loss_kernel == "auto" else job.loss_kernel == "fused",
+        fused_linear_loss=job.loss_kernel == "fused-linear",
         loss_grad_in_place=fw.loss_grad_in_place,
         te_cross_entropy=job.megatron is not None and job.megatron.te_cross_entropy,
         attention_output_shared=fw.attention_output_shared,
