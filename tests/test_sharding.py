@@ -899,6 +899,19 @@ def test_fused_kernels_keep_the_norm_input_and_the_swiglu_inputs() -> None:
     assert foundry["attn norm input (fused)"] == 2 * h + 4
 
 
+def test_a_fused_gelu_keeps_its_input() -> None:
+    """GPT-2's gelu_new in Transformers is the tanh formula in Python, whose fp32 intermediates
+    autograd keeps; a fused GELU (flash-attn's fused dense, a compiled or Triton kernel) keeps
+    its input only."""
+    base = {"model": "gpt2", "seq_len": 1024, "precision": "bf16-mixed"}
+    plain = _items(parse_spec(base))
+    fused = _items(parse_spec({**base, "fused_kernels": True}))
+    f = model_shape("gpt2").ffn
+    assert "mlp python gelu tanh, 1+tanh, 0.5x" in plain
+    assert fused["mlp fc1 output (activation input)"] == 2 * f
+    assert not any("python gelu" in k for k in fused)
+
+
 def test_fused_kernels_are_megatron_s_own() -> None:
     from gpuplan.errors import SpecError
 

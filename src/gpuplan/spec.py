@@ -492,7 +492,8 @@ class JobSpec(_Spec):
         "(Liger Kernel, flash-attn's rms_norm/layer_norm, xformers' or Apex's SwiGLU, as "
         "TinyLlama and many fine-tuning stacks run them; Transformer Engine under megatron): a "
         "norm keeps its input, in the residual stream's dtype, and its fp32 statistics, not "
-        "fp32 copies; the gated MLP keeps its gate and up outputs, not the activation's output; "
+        "fp32 copies; the gated MLP keeps its gate and up outputs, not the activation's output, "
+        "and a GELU its input, not the tanh formula's intermediates; "
         "grouped-query K/V reach the attention kernel unrepeated. Memory only. Default: the "
         "framework's (megatron: yes; the others: no).",
     )

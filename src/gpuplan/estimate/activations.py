@@ -438,6 +438,7 @@ def _mlp(shape: Shape, num: Numerics, tr: Trainable) -> list[Item]:
     elif (
         num.python_gelu
         and not num.compiled
+        and not num.fused_kernels
         and shape.activation in ("gelu_new", "gelu_fast", "gelu_python")
     ):
         # 0.5*x*(1+tanh(c*(x+0.044715x^3))) in Python keeps x (for pow), tanh, 1+tanh and 0.5x;
