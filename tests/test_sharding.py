@@ -924,14 +924,20 @@ def test_fused_kernels_are_megatron_s_own() -> None:
 
 
 def test_trace_refuses_fused_kernels() -> None:
+    """The tracer runs Transformers' own modules and loss: fused kernels are analytic only."""
     pytest.importorskip("torch")
     from gpuplan.errors import SpecError
     from gpuplan.trace import trace_fit
 
-    spec = parse_spec({"model": "llama-3.2-1b", "seq_len": 512, "fused_kernels": True})
     h100 = load_catalog(use_user=False).gpu("H100-SXM")
-    with pytest.raises(SpecError, match="fused_kernels"):
-        trace_fit(spec, fit(spec, h100, 1))
+    base = {"model": "llama-3.2-1b", "seq_len": 512}
+    for extra, what in (
+        ({"fused_kernels": True}, "fused_kernels"),
+        ({"loss_kernel": "fused-linear"}, "loss_kernel"),
+    ):
+        spec = parse_spec({**base, **extra})
+        with pytest.raises(SpecError, match=what):
+            trace_fit(spec, fit(spec, h100, 1))
 
 
 def _head(spec) -> tuple[float, float]:  # type: ignore[no-untyped-def]

@@ -50,7 +50,7 @@ def spec_shape(spec: JobSpec) -> Shape:
     has 197 (transformers' ``ViTEmbeddings`` with ``interpolate_pos_encoding``).
     """
     shape = model_shape(spec.model)
-    if shape.tied_embeddings and FRAMEWORKS[spec.framework].unties_embeddings:
+    if shape.tied_embeddings and FRAMEWORKS[engine_spec(spec).framework].unties_embeddings:
         head = shape.vocab * shape.hidden
         shape = dataclasses.replace(
             shape,

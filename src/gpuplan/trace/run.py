@@ -813,11 +813,11 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             f"that states pipeline stages and no framework as {PIPELINE_ENGINE}'s",
             hint="state framework: hf (gpuplan.estimate.fit.pinned_framework)",
         )
-    if spec.fused_kernels:
+    if spec.fused_kernels or spec.loss_kernel in ("fused", "fused-linear"):
+        what = "fused_kernels" if spec.fused_kernels else f"loss_kernel {spec.loss_kernel}"
         raise SpecError(
-            "--trace: traces the model's own PyTorch code; fused_kernels is estimated "
-            "analytically only",
-            hint="drop --trace, or fused_kernels",
+            f"--trace: traces the model's own PyTorch code; {what} is estimated analytically only",
+            hint="drop --trace, or the fused kernels",
         )
     engine = FRAMEWORKS[spec.framework].engine
     if engine != "pytorch" and st.sharding != "none" and st.dp > 1:
