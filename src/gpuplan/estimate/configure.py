@@ -19,6 +19,7 @@ from gpuplan.estimate import comm
 from gpuplan.estimate.bounds import bounds_for
 from gpuplan.estimate.fit import (
     FitResult,
+    OnGpu,
     candidate_strategies,
     check_precision,
     max_micro_batch,
@@ -39,8 +40,6 @@ from gpuplan.estimate.memory import (
     DEFAULT_SAFETY_MARGIN,
     MemoryCheck,
     MemoryEstimate,
-    check_memory,
-    estimate_memory,
 )
 from gpuplan.estimate.shape import Shape
 from gpuplan.estimate.speed import TimeEstimate, estimate_time
@@ -185,22 +184,13 @@ def configure(
         ]
     else:
         groups = layout_groups(search_space(spec, shape, count, topo.gpus_per_node))
+    where = OnGpu(gpu, capacity, margin, spec.image_size, topo.intra_node, topo.gpus_per_node)
     cache: dict[Strategy, MemoryCheck] = {}
 
     def check_of(st: Strategy) -> MemoryCheck:
         mem = cache.get(st)
         if mem is None:
-            mem = check_memory(
-                shape,
-                job,
-                st,
-                gpu,
-                capacity_bytes=capacity,
-                safety_margin=margin,
-                image_size=spec.image_size,
-                intra_node=topo.intra_node,
-                gpus_per_node=topo.gpus_per_node,
-            )
+            mem = where.check(shape, job, st)
             # the verdict `fits` asks the upper bound of the layout's job class to fit too
             cls = strategy_class(spec, st, count, topo.gpus_per_node)
             mem = dataclasses.replace(mem, sure=memory_verdict(cls, mem) == "fits")
@@ -208,17 +198,7 @@ def configure(
         return mem
 
     def memory_of(st: Strategy) -> MemoryEstimate:
-        return estimate_memory(
-            shape,
-            job,
-            st,
-            gpu,
-            capacity_bytes=capacity,
-            safety_margin=margin,
-            image_size=spec.image_size,
-            intra_node=topo.intra_node,
-            gpus_per_node=topo.gpus_per_node,
-        )
+        return where.estimate(shape, job, st)
 
     def time_of(st: Strategy) -> TimeEstimate:
         return estimate_time(shape, job, st, gpu, topo, work=spec.work, image_size=spec.image_size)
@@ -247,17 +227,7 @@ def configure(
         )
     _, _, st, t = best
     mem = memory_of(st)
-    mmb = max_micro_batch(
-        shape,
-        job,
-        st,
-        gpu,
-        capacity=capacity,
-        margin=margin,
-        image_size=spec.image_size,
-        intra_node=topo.intra_node,
-        gpus_per_node=topo.gpus_per_node,
-    )
+    mmb = max_micro_batch(shape, job, st, where)
     result = FitResult(
         gpu=gpu,
         count=count,

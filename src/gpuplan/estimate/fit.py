@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 from gpuplan.catalog.schema import GpuSpec
 from gpuplan.errors import MissingInputError, SpecError
@@ -505,33 +507,51 @@ def memory_verdict(job_class: str, m: MemoryEstimate | MemoryCheck) -> bnd.Verdi
     return bnd.verdict(m.fits, upper, m.capacity_bytes)
 
 
-def max_micro_batch(
-    shape: Shape,
-    job: MemoryJob,
-    st: Strategy,
-    gpu: GpuSpec,
-    *,
-    capacity: float | None = None,
-    margin: float = DEFAULT_SAFETY_MARGIN,
-    image_size: int | None = None,
-    intra_node: str | None = None,
-    gpus_per_node: int | None = None,
-) -> int:
-    """Largest micro-batch that fits under ``st`` (0 if even 1 does not; ``intra_node`` and
-    ``gpus_per_node`` as :func:`gpuplan.estimate.memory.estimate_memory` takes them)."""
+_Judged = TypeVar("_Judged", MemoryEstimate, MemoryCheck)
 
-    def fits(mb: int) -> bool:
-        return check_memory(
+
+@dataclasses.dataclass(frozen=True)
+class OnGpu:
+    """Where a job's memory is judged: the GPU, the capacity and margin it is held to (None:
+    the GPU's reported capacity), the image size of a vision job, and the node's link and
+    width, which decide NCCL's buffers (:func:`gpuplan.estimate.memory.estimate_memory`)."""
+
+    gpu: GpuSpec
+    capacity: float | None = None
+    margin: float = DEFAULT_SAFETY_MARGIN
+    image_size: int | None = None
+    intra_node: str | None = None
+    gpus_per_node: int | None = None
+
+    def estimate(self, shape: Shape, job: MemoryJob, st: Strategy) -> MemoryEstimate:
+        """The full memory estimate of ``st`` here."""
+        return self._judge(estimate_memory, shape, job, st)
+
+    def check(self, shape: Shape, job: MemoryJob, st: Strategy) -> MemoryCheck:
+        """The verdict and the totals of ``st`` here, without the breakdown."""
+        return self._judge(check_memory, shape, job, st)
+
+    def _judge(
+        self, how: Callable[..., _Judged], shape: Shape, job: MemoryJob, st: Strategy
+    ) -> _Judged:
+        return how(
             shape,
             job,
-            dataclasses.replace(st, micro_batch_size=mb),
-            gpu,
-            capacity_bytes=capacity,
-            safety_margin=margin,
-            image_size=image_size,
-            intra_node=intra_node,
-            gpus_per_node=gpus_per_node,
-        ).fits
+            st,
+            self.gpu,
+            capacity_bytes=self.capacity,
+            safety_margin=self.margin,
+            image_size=self.image_size,
+            intra_node=self.intra_node,
+            gpus_per_node=self.gpus_per_node,
+        )
+
+
+def max_micro_batch(shape: Shape, job: MemoryJob, st: Strategy, where: OnGpu) -> int:
+    """Largest micro-batch that fits under ``st`` on ``where`` (0 if even 1 does not)."""
+
+    def fits(mb: int) -> bool:
+        return where.check(shape, job, dataclasses.replace(st, micro_batch_size=mb)).fits
 
     if not fits(1):
         return 0
@@ -574,35 +594,16 @@ def fit(
     job = memory_job(spec, shape)
     if cuda_context_bytes is not None:
         job = dataclasses.replace(job, cuda_context_bytes=cuda_context_bytes)
+    where = OnGpu(gpu, capacity, margin, spec.image_size, intra_node, gpus_per_node)
     best: tuple[float, Strategy, MemoryEstimate] | None = None
     for st in candidate_strategies(spec, count, shape, gpus_per_node):
-        est = estimate_memory(
-            shape,
-            job,
-            st,
-            gpu,
-            capacity_bytes=capacity,
-            safety_margin=margin,
-            image_size=spec.image_size,
-            intra_node=intra_node,
-            gpus_per_node=gpus_per_node,
-        )
+        est = where.estimate(shape, job, st)
         key = est.device_used_bytes
         if best is None or key < best[0]:
             best = (key, st, est)
     assert best is not None
     _, st, est = best
-    mmb = max_micro_batch(
-        shape,
-        job,
-        st,
-        gpu,
-        capacity=capacity,
-        margin=margin,
-        image_size=spec.image_size,
-        intra_node=intra_node,
-        gpus_per_node=gpus_per_node,
-    )
+    mmb = max_micro_batch(shape, job, st, where)
     return FitResult(
         gpu=gpu,
         count=count,
