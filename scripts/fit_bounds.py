@@ -7,7 +7,9 @@ source; its residual log(measured / predicted) (for training, of the step time w
 the metric) goes to its job class (gpuplan.estimate.bounds.job_class). The 10th and 90th
 percentiles per class are the bounds; a class with fewer than
 gpuplan.holdout.MIN_CLASS_ROWS rows, or with rows from fewer than
-gpuplan.holdout.MIN_CLASS_SOURCES sources, uses the pooled residuals of its table.
+gpuplan.holdout.MIN_CLASS_SOURCES sources, uses the pooled residuals of its table; a
+class's upper edge is at least the pooled one and its lower edge is shrunk toward it
+(gpuplan.holdout.class_bounds).
 
 Deterministic; takes a few seconds. Run it after scripts/fit_efficiency.py --write.
 
@@ -32,9 +34,10 @@ HEADER = """\
 # Calibrated 80% bounds of the estimates, per job class (gpuplan.estimate.bounds).
 # lo / hi: the 10th / 90th percentiles of log(measured / predicted) over the class's rows
 # (linear-interpolated), each row predicted leave-one-source-out (the fitted constants re-fitted
-# without the row's source: gpuplan.holdout); a class's band is floored at the pooled one on each
-# side (own_lo / own_hi: its own edges) and widened where needed so the interval contains the
-# estimate.
+# without the row's source: gpuplan.holdout); a class's upper edge is floored at the pooled one,
+# its lower edge is its own shrunk toward the pooled one by its sources, (s * own + 2 * pooled) /
+# (s + 2) (own_lo / own_hi: its own edges), and both are widened where needed so the interval
+# contains the estimate.
 # memory: validation/memory.csv (all three metrics pooled); time: validation/training.csv,
 # the step time (throughput rows inverted). A class with fewer than `min_rows` rows, or
 # rows from fewer than `min_sources` sources, is `pooled: true` and uses its table's pooled

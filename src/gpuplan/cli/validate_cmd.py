@@ -118,6 +118,16 @@ MinHeldOutCoverageOpt = Annotated[
         "their own source (the coverage a job from an unseen engine gets).",
     ),
 ]
+MaxCoverageOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-coverage",
+        min=0.0,
+        max=1.0,
+        help="Exit 1 if more rows than this share fall inside their 80% bounds, as shipped or "
+        "fitted without their own source (bounds wider than the 80% they claim).",
+    ),
+]
 MaxWidthOpt = Annotated[
     float | None,
     typer.Option(
@@ -166,6 +176,7 @@ def _run(
     time_under_gates: tuple[float | None, float | None] = (None, None),
     max_width: float | None = None,
     min_held_out_coverage: float | None = None,
+    max_coverage: float | None = None,
 ) -> None:
     """Run one validation table, print it (or JSON), and apply the CI gates."""
     from gpuplan import holdout
@@ -302,6 +313,16 @@ def _run(
             f"80% bounds fitted without each row's source cover {got} of rows, below "
             f"--min-held-out-coverage {min_held_out_coverage:.0%}"
         )
+    if max_coverage is not None and cov is not None:
+        for share, which in (
+            (cov.inside, ""),
+            (cov.inside_held_out, " fitted without each row's source"),
+        ):
+            if share > max_coverage:
+                failures.append(
+                    f"80% bounds{which} cover {share:.0%} of rows, above --max-coverage "
+                    f"{max_coverage:.0%}"
+                )
     if max_refused is not None and refused is not None and len(refused) > max_refused:
         failures.append(
             f"the memory model refuses {len(refused)} rows that ran as published, more than "
@@ -359,6 +380,7 @@ def memory(
     min_coverage: MinCoverageOpt = None,
     max_width: MaxWidthOpt = None,
     min_held_out_coverage: MinHeldOutCoverageOpt = None,
+    max_coverage: MaxCoverageOpt = None,
 ) -> None:
     """Predicted vs measured per-GPU peak memory (GiB): in-sample and leave-one-source-out
     error, the fitted constants, and how often the 80% bounds hold."""
@@ -378,6 +400,7 @@ def memory(
         wide=wide,
         max_width=max_width,
         min_held_out_coverage=min_held_out_coverage,
+        max_coverage=max_coverage,
     )
 
 
@@ -398,6 +421,7 @@ def training(
     max_loso_time_under: MaxLosoTimeUnderOpt = None,
     max_width: MaxWidthOpt = None,
     min_held_out_coverage: MinHeldOutCoverageOpt = None,
+    max_coverage: MaxCoverageOpt = None,
 ) -> None:
     """Predicted vs measured throughput / time-to-train: in-sample and leave-one-source-out
     error, the fitted constants, how often the 80% bounds hold, and the rows that ran but
@@ -420,6 +444,7 @@ def training(
         time_under_gates=(max_time_under, max_loso_time_under),
         max_width=max_width,
         min_held_out_coverage=min_held_out_coverage,
+        max_coverage=max_coverage,
     )
 
 

@@ -6,10 +6,10 @@ same job class: its 10th and 90th percentiles scale the point estimate. The numb
 live in ``bounds.yaml`` beside this module, written by ``scripts/fit_bounds.py``
 (re-run it after changing a model or a table; ``--check`` in CI fails when it is out of
 date); a class with too few rows, or rows from a single source, uses the pooled residuals
-of its table, as the file states, and a class's own band is widened on each side to at
-least the pooled one (a class's rows come from a few sources; the pooled band is what
-every source together says of an unseen engine: ``gpuplan.holdout.class_bounds``). Every
-interval contains its point estimate.
+of its table, as the file states. A class's rows come from a few sources, and the pooled
+band is what every source together says of an unseen engine, so a class's upper edge is at
+least the pooled one and its lower edge is its own shrunk toward the pooled one by its
+sources (``gpuplan.holdout.class_bounds``). Every interval contains its point estimate.
 
 The memory verdict compares against capacity: ``fits`` when the upper bound of the
 device-used memory fits, ``tight`` when the point estimate fits and the upper bound does
@@ -83,8 +83,8 @@ class ClassBounds:
     """True when the class had too few rows (or sources) and the table's pooled residuals are
     used."""
     widened: bool = False
-    """True when the class's own band was narrower than the pooled one on a side, and the
-    pooled edge is used there."""
+    """True when the class's own upper edge was below the pooled one, and the pooled edge is
+    used there (the lower edge is always shrunk toward the pooled one)."""
 
     def around(self, value: float) -> list[float]:
         """``[lo, hi]`` of a quantity that scales with the estimate (bytes, seconds)."""
@@ -100,7 +100,8 @@ class ClassBounds:
             f"pooled over all {self.rows} rows ({self.job_class} has too few rows or sources)"
             if self.pooled
             else f"of {self.rows} {self.job_class} rows"
-            + (", widened to the pooled band of all rows where narrower" if self.widened else "")
+            + (", the upper edge raised to the pooled one of all rows" if self.widened else "")
+            + ", the lower edge shrunk toward the pooled one"
         )
         return (
             f"80% {self.kind} bounds x{math.exp(self.lo):.2f}..x{math.exp(self.hi):.2f}: "
@@ -130,8 +131,7 @@ def bounds_for(kind: Kind, cls: str) -> ClassBounds:
         hi=hi,
         rows=int(src["rows"]),
         pooled=pooled,
-        widened=not pooled
-        and (lo != float(src.get("own_lo", lo)) or hi != float(src.get("own_hi", hi))),
+        widened=not pooled and hi != float(src.get("own_hi", hi)),
     )
 
 
