@@ -50,6 +50,10 @@ class TraceResult:
     in_flight_traced: tuple[int, ...] = (1,)
     """Micro-batches in flight traced (1 and 2 when a pipeline stage holds more than one:
     grown linearly to the stage's count)."""
+    allocator_reserve: float = 0.0
+    """Reserved beyond the allocated peak: PyTorch's caching allocator replayed over the
+    traced step's allocations (:mod:`gpuplan.trace.allocator`; grown like the other figures
+    where the trace is)."""
 
 
 def _require_torch() -> Any:
@@ -177,6 +181,64 @@ class _FusedSdpa:
         import torch.nn.functional as functional
 
         functional.scaled_dot_product_attention = self._saved
+
+
+class _AllocatorReplay:
+    """Feed every storage the traced step creates, and its release, to a model of PyTorch's
+    CUDA caching allocator (:mod:`gpuplan.trace.allocator`), in the order the step makes them.
+
+    A ``TorchDispatchMode`` sees each op's outputs; a storage is counted once (views share it)
+    and returned when its Python object is collected, as MemTracker tracks them
+    (``torch.distributed._tools.mem_tracker``). Parameters and buffers are allocated first."""
+
+    def __init__(self, model: Any) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        from gpuplan.trace.allocator import CachingAllocator
+
+        self.allocator = CachingAllocator()
+        replay = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                out = func(*args, **(kwargs or {}))
+                replay.track_all(out)
+                return out
+
+        self._live: dict[int, Any] = {}
+        self.mode = Mode()
+        for tensor in (*model.parameters(), *model.buffers()):
+            self.track(tensor)
+
+    def track_all(self, out: Any) -> None:
+        """Allocate the storages of an op's tensor outputs not seen before."""
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type == "meta":
+                self.track(t)
+
+    def track(self, tensor: Any) -> None:
+        """Allocate ``tensor``'s storage unless it is already live; free it when collected."""
+        import weakref
+
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key in self._live or storage.nbytes() == 0:
+            return
+        self._live[key] = self.allocator.malloc(int(storage.nbytes()))
+        weakref.finalize(storage, self._release, key)
+
+    def _release(self, key: int) -> None:
+        block = self._live.pop(key, None)
+        if block is not None:
+            self.allocator.free(block)
+
+    @property
+    def reserve(self) -> float:
+        """Reserved beyond allocated, at the peaks since the last reset."""
+        return float(self.allocator.peak_reserved - self.allocator.peak_allocated)
 
 
 def _apply_lora(
@@ -456,6 +518,20 @@ def _name_modules_apart(tracker: Any) -> None:
     mods._get_mod_name = name_of
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Traced:
+    """What one traced run gives (:func:`_trace_once`)."""
+
+    phases: dict[str, Phase]
+    """Per-phase peaks of the second of the two steps."""
+    activations_after_forward: float
+    weight_casts_bytes: float
+    """16-bit weight copies autocast kept through forward (0 without autocast)."""
+    allocator_reserve: float
+    """Reserved beyond allocated in the second step, PyTorch's caching allocator replayed
+    over the run's allocations (:class:`_AllocatorReplay`)."""
+
+
 def _trace_once(
     config: dict[str, Any],
     spec: Any,
@@ -466,9 +542,10 @@ def _trace_once(
     part: RankSlice | None = None,
     grads_persist: bool = False,
     in_flight: int = 1,
-) -> tuple[dict[str, Phase], float, float]:
-    """Per-phase peaks of the second of two traced steps, the activations after forward, and
-    the bytes of 16-bit weight copies autocast kept through forward (0 without autocast).
+) -> _Traced:
+    """Per-phase peaks of the second of two traced steps, the activations after forward, the
+    bytes of 16-bit weight copies autocast kept through forward, and the caching allocator's
+    reserve (:class:`_Traced`).
 
     ``in_flight`` micro-batches run their forwards one after another before the first
     backward (a pipeline stage's warm-up); the first reaches the head, then each runs its
@@ -536,6 +613,7 @@ def _trace_once(
         hidden = torch.empty((batch, seq, width), device="meta", dtype=param_dtype)
         return hidden.requires_grad_(), ids
 
+    replay = _AllocatorReplay(model)
     tracker = MemTracker()
     root = _Step(model, family, stage)  # the tracked module: its snapshots span the whole step
     tracker.track_external(root, opt)
@@ -550,8 +628,10 @@ def _trace_once(
         if not param.requires_grad:
             tracker._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
     before_step: dict[Any, dict[str, int]] = {}
-    with tracker, _FusedSdpa():
+    with tracker, replay.mode, _FusedSdpa():
         for it in range(2):
+            if it == 1:  # the caching allocator's segments: those the first step left, and more
+                replay.allocator.reset_peaks()
             batches = [micro_batch() for _ in range(in_flight)]
             if cast is not None:
                 cast.clear_cache()
@@ -564,7 +644,9 @@ def _trace_once(
             for (x, _), out in zip(batches, outputs, strict=True):
                 (out.loss if hasattr(out, "loss") else out).backward()
                 x.grad = None  # the gradient sent to the previous stage
-            del outputs, batches
+            # the loop's names too: the last output (its logits) would live on through the
+            # optimizer step and into the next forward, which no training loop does
+            del outputs, batches, x, out
             if it == 1:  # restart the peak: what follows is the optimizer phase's own peak
                 before_step = tracker.get_tracker_snapshot("peak")
                 tracker._peak_mem_snap = tracker.get_tracker_snapshot()
@@ -593,7 +675,12 @@ def _trace_once(
     ):
         dev = snapshot.get(meta, {})
         phases[key] = (float(dev.get("Total", 0.0)), _categories(dev))
-    return phases, act_fw, float(cast.weight_cast_bytes) if cast is not None else 0.0
+    return _Traced(
+        phases=phases,
+        activations_after_forward=act_fw,
+        weight_casts_bytes=float(cast.weight_cast_bytes) if cast is not None else 0.0,
+        allocator_reserve=replay.reserve,
+    )
 
 
 Phase = tuple[float, dict[str, float]]
@@ -698,16 +785,17 @@ def trace_memory(
     start = time.perf_counter()
     try:
         terms: list[tuple[float, dict[str, Phase]]] = []
-        act = casts = 0.0
+        act = casts = reserve = 0.0
         for wl, n_layers in zip(_line(layer_points, stage), layer_points, strict=True):
             for wk, k in zip(_line(flight_points, in_flight), flight_points, strict=True):
                 layers_arg = n_layers if n_layers != shape.layers else None
-                ph, a, c = _trace_once(
+                run = _trace_once(
                     config, spec, shape.family, layers_arg, seq, mb, part, grads_persist, k
                 )
-                terms.append((wl * wk, ph))
-                act += wl * wk * a
-                casts += wl * wk * c
+                terms.append((wl * wk, run.phases))
+                act += wl * wk * run.activations_after_forward
+                casts += wl * wk * run.weight_casts_bytes
+                reserve += wl * wk * run.allocator_reserve
         phases = terms[0][1] if len(terms) == 1 else _mix(terms)
         if len(flight_points) > 1:
             # the snapshots at the edges of forward and backward lie inside the peak windows
@@ -729,6 +817,7 @@ def trace_memory(
         phases={key: dict(phase[1]) for key, phase in phases.items()},
         activations_after_forward=act,
         weight_casts_bytes=casts,
+        allocator_reserve=max(0.0, reserve),
         layers_traced=layer_points,
         extrapolated=extrapolated,
         in_flight_traced=flight_points,
@@ -912,7 +1001,14 @@ def _traced_estimate(spec: Any, analytic: Any, part: RankSlice | None) -> Any:
     m = analytic.memory
     cublas = workspace_bytes(job, analytic.gpu)
     allocated = model_bytes + cublas
-    steady = ovh.allocator_reserve_bytes(allocated)
+    # the replayed allocator holds for the traced rank as it ran; a replica scaled to a
+    # sharded layout allocates otherwise (gathers, flat buffers), so the fitted share stays
+    replayed = not shard_note
+    steady = (
+        max(traced.allocator_reserve, float(ovh.ALLOCATOR_RESERVE_MIN_BYTES))
+        if replayed
+        else ovh.allocator_reserve_bytes(allocated)
+    )
     extra = m.device_used_bytes - m.peak_reserved_bytes  # context + NCCL
     usable = m.capacity_bytes * (1 - m.safety_margin)
     reserve = squeezed_reserve(steady, allocated, extra, usable)
@@ -933,6 +1029,12 @@ def _traced_estimate(spec: Any, analytic: Any, part: RankSlice | None) -> Any:
     if part is not None:
         decoder = model_shape(spec.model).family == "decoder"
         note += f"; one rank's slice: {_slice_note(part, st, decoder)}"
+    if replayed:
+        note += (
+            f"; allocator reserve {steady / 2**30:.2f} GiB: PyTorch's caching allocator "
+            "(c10/cuda/CUDACachingAllocator.cpp, default settings) replayed over the traced "
+            "step's allocations (gpuplan.trace.allocator), in place of the analytic share"
+        )
     if spec.activation_checkpointing in ("selective", "selective-op"):
         note += (
             f"; {spec.activation_checkpointing} checkpointing traced as full (Hugging Face models "
