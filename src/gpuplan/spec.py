@@ -634,7 +634,9 @@ class JobSpec(_Spec):
         "class), cudnn (cuDNN / FlashAttention-3 class, as Transformer Engine in NeMo and "
         "Megatron: faster on Hopper and later) or eager (materialised s x s scores). auto: what "
         "current PyTorch SDPA picks, cudnn on sm90/sm100 datacenter GPUs (PyTorch >= 2.9 with "
-        "cuDNN >= 9.15) and fused elsewhere.",
+        "cuDNN >= 9.15) and fused elsewhere; eager where no kernel takes the job (Gemma 2's "
+        "soft-capped scores under litgpt; grouped K/V in fp32 or tf32 under hf or deepspeed, "
+        "which transformers hands to SDPA with enable_gqa: its math backend).",
     )
     parallelism: Literal["auto"] | ParallelismSpec = Field(
         default="auto",

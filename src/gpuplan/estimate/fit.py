@@ -162,6 +162,21 @@ def pinned_framework(spec: JobSpec) -> JobSpec:
     return spec.model_copy(update={"framework": spec.framework})
 
 
+def gqa_math_attention(spec: JobSpec, shape: Shape) -> bool:
+    """Whether ``attention: auto`` runs as SDPA's math backend: grouped K/V handed to SDPA
+    with ``enable_gqa`` (:attr:`Framework.sdpa_enable_gqa`, no mask: not padded data) in
+    fp32 or TF32, which no fused kernel takes."""
+    padded = spec.mean_seq_len is not None and not spec.packing
+    return (
+        spec.attention == "auto"
+        and shape.family == "decoder"
+        and 0 < shape.kv_heads < shape.heads
+        and spec.precision in ("fp32", "tf32")
+        and FRAMEWORKS[spec.framework].sdpa_enable_gqa
+        and not padded
+    )
+
+
 def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
     """The memory-relevant part of a spec, resolved against the model, as the engine that runs
     it reads it (:func:`engine_spec`)."""
@@ -188,11 +203,12 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         )
     # soft-capped attention scores (Gemma 2): no SDPA kernel caps them, so an engine that
     # honours the cap runs the attention eagerly unless the spec names a kernel
+    gqa_math = gqa_math_attention(spec, shape)
     softcap_eager = (
         spec.attention == "auto"
         and shape.attention_softcapping
         and FRAMEWORKS[spec.framework].softcapping_eager
-    )
+    ) or gqa_math
     return MemoryJob(
         method=spec.method,
         precision=spec.precision,
@@ -223,6 +239,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         fused_attention=spec.attention != "eager" and not softcap_eager,
         cudnn_attention=spec.attention == "cudnn",
         attention_auto=spec.attention == "auto" and not softcap_eager,
+        gqa_math_attention=gqa_math,
         framework=spec.framework,
         compiled=spec.compile,
         compiled_loss=spec.compile_loss,

@@ -117,6 +117,9 @@ class MemoryJob:
     fused_attention: bool = True
     cudnn_attention: bool = False
     attention_auto: bool = False
+    gqa_math_attention: bool = False
+    """``attention: auto`` runs as SDPA's math backend: grouped K/V with ``enable_gqa`` in
+    fp32 or TF32, which no fused kernel takes (:func:`gpuplan.estimate.fit.gqa_math_attention`)."""
     framework: str = "hf"
     framework_assumed: bool = False
     """The spec names no framework and states a layout ``hf`` has no engine for
@@ -988,7 +991,15 @@ def activation_notes(shape: Shape, job: MemoryJob, st: Strategy) -> tuple[str, .
     if job.fused_attention:
         notes.append("fused attention (flash / memory-efficient SDPA): no s^2 buffers")
     else:
-        notes.append("eager attention: softmax probabilities (s^2 per head) kept for backward")
+        notes.append(
+            "eager attention: softmax probabilities (s^2 per head) kept for backward"
+            + (
+                f" (SDPA's math backend: {job.framework} hands grouped K/V to SDPA with "
+                f"enable_gqa, and in {job.precision} no fused kernel takes it)"
+                if job.gqa_math_attention
+                else ""
+            )
+        )
     if job.hf_trainer and shape.family == "decoder":
         notes.append(
             "Hugging Face Trainer: compute_loss returns the loss alone, so the model output "

@@ -89,6 +89,24 @@ def hf_config_dict(model_ref: str) -> dict[str, Any]:
     return data
 
 
+def _sdpa_math(
+    query: Any,
+    key: Any,
+    value: Any,
+    dropout: float,
+    causal: bool,
+    scale: float | None,
+    mask: Any = None,
+) -> Any:
+    """SDPA's math backend with grouped K/V (``enable_gqa``): its ops run one by one, and
+    autograd keeps the softmax probabilities as eager attention does."""
+    import torch
+
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        query, key, value, mask, dropout, causal, None, scale=scale, enable_gqa=True
+    )[0]
+
+
 def _register_fused_attention() -> str:
     import torch
     from transformers import AttentionInterface
@@ -109,11 +127,18 @@ def _register_fused_attention() -> str:
         if CudaAutocast.active is not None:  # SDPA is on CUDA autocast's lower-precision list
             query, key, value = (t.to(CudaAutocast.active) for t in (query, key, value))
         n_rep = query.shape[1] // key.shape[1]
+        causal = bool(getattr(module, "is_causal", True)) if is_causal is None else is_causal
+        if n_rep > 1 and query.dtype not in (torch.bfloat16, torch.float16):
+            # transformers hands grouped K/V to SDPA with enable_gqa when there is no mask (the
+            # traced data is unpadded), which only FlashAttention (16-bit) takes: CUDA runs
+            # SDPA's math backend, which keeps the probabilities
+            # (gpuplan.estimate.frameworks.Framework.sdpa_enable_gqa)
+            out = _sdpa_math(query, key, value, dropout, causal, scaling)
+            return out.transpose(1, 2).contiguous(), None
         if n_rep > 1:  # as transformers' sdpa path does (repeat_kv)
             b, kvh, s, d = key.shape
             key = key[:, :, None].expand(b, kvh, n_rep, s, d).reshape(b, kvh * n_rep, s, d)
             value = value[:, :, None].expand(b, kvh, n_rep, s, d).reshape(b, kvh * n_rep, s, d)
-        causal = bool(getattr(module, "is_causal", True)) if is_causal is None else is_causal
         if query.dtype in (torch.bfloat16, torch.float16):
             out = torch.ops.aten._scaled_dot_product_flash_attention(
                 query, key, value, dropout, causal, False, scale=scaling
@@ -158,10 +183,16 @@ class _FusedSdpa:
             if CudaAutocast.active is not None:  # SDPA is on autocast's lower-precision list
                 query, key, value = (t.to(CudaAutocast.active) for t in (query, key, value))
             n_rep = query.shape[-3] // key.shape[-3]
+            sixteen = query.dtype in (torch.bfloat16, torch.float16)
+            if enable_gqa and n_rep > 1 and not (attn_mask is None and sixteen):
+                # only FlashAttention takes enable_gqa (16-bit, no mask); the memory-efficient
+                # kernel does not, so CUDA runs SDPA's math backend, as the meta device does
+                # (gpuplan.estimate.frameworks.Framework.sdpa_enable_gqa)
+                return _sdpa_math(query, key, value, dropout_p, is_causal, scale, attn_mask)
             if n_rep > 1:
                 key = key.repeat_interleave(n_rep, dim=-3)
                 value = value.repeat_interleave(n_rep, dim=-3)
-            if attn_mask is None and query.dtype in (torch.bfloat16, torch.float16):
+            if attn_mask is None and sixteen:
                 return torch.ops.aten._scaled_dot_product_flash_attention(
                     query, key, value, dropout_p, is_causal, False, scale=scale
                 )[0]
