@@ -98,3 +98,29 @@ def test_the_replayed_allocator_holds_what_the_h200_reserved(row_id: str) -> Non
     traced = trace_fit(spec, analytic)
     assert traced.memory.peak_reserved_bytes == pytest.approx(measured, rel=0.05)
     assert any("caching allocator" in a for a in traced.memory.assumptions)
+
+
+@pytest.mark.parametrize(
+    ("extra", "noted"),
+    [
+        ("method: full, activation_checkpointing: full", True),
+        ("method: full, activation_checkpointing: none", False),
+        ("method: lora, activation_checkpointing: full", False),
+    ],
+)
+def test_the_analytic_estimate_warns_where_the_share_is_known_short(
+    extra: str, noted: bool
+) -> None:
+    """Full fine-tuning with checkpointing on one PyTorch rank: the fitted share can be far
+    short of what the allocator reserves, and the estimate says so and points at --trace."""
+    from gpuplan.estimate.fit import fit
+    from gpuplan.validation import _catalog, row_spec
+
+    spec = row_spec(
+        "{model: llama-3.2-1b, " + extra + ", precision: bf16-mixed, micro_batch_size: 4, "
+        "seq_len: 1024}",
+        "t",
+        REPO,
+    )
+    notes = fit(spec, _catalog().gpu("H200")).memory.assumptions
+    assert any("fit --trace" in n and "fragment" in n for n in notes) is noted
