@@ -178,3 +178,41 @@ def test_validate_json_lists_the_loso_error_by_source(cli) -> None:  # type: ign
     )
     assert [g["rows"] for g in groups] == sorted((g["rows"] for g in groups), reverse=True)
     assert data["loso"]["summary"]["median_of_source_medians"] > 0
+
+
+@pytest.fixture
+def traced_table(tmp_path: Path) -> Path:
+    """The H200 GPT-2 checkpointed rows (three metrics of one run) and a QLoRA row."""
+    (tmp_path / "validation").mkdir()
+    lines = (REPO / "validation" / "memory.csv").read_text(encoding="utf-8").splitlines()
+    keep = [
+        ln
+        for ln in lines[1:]
+        if ln.startswith("h200-memcheck-20261204-gpt2-full-bf16-mixed-adamw-ckpt-")
+        or ln.startswith("llamafactory-llama2-7b-hf-4bit,")
+    ]
+    assert len(keep) == 4
+    path = tmp_path / "validation" / "memory.csv"
+    path.write_text("\n".join([lines[0], *keep]) + "\n", encoding="utf-8")
+    return path
+
+
+def test_validate_memory_trace(cli, traced_table: Path) -> None:  # type: ignore[no-untyped-def]
+    """--trace runs the traced estimate on the rows it can trace, within 3% here, and lists
+    the others with the tracer's reason."""
+    pytest.importorskip("transformers")
+    r = cli("validate", "memory", "--trace", "--table", str(traced_table), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert {row["metric"] for row in data["rows"]} == {"allocated", "reserved", "device_used"}
+    assert all(abs(row["error"]) < 0.03 for row in data["rows"])
+    (skipped,) = data["not_traced"]
+    assert skipped["id"] == "llamafactory-llama2-7b-hf-4bit" and "qlora" in skipped["reason"]
+    tight = cli("validate", "memory", "--trace", "--table", str(traced_table), "--max-median", "0")
+    assert tight.exit_code == 1 and "traced" in tight.stderr
+
+
+def test_validate_memory_trace_refuses_the_analytic_gates(cli, traced_table: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("validate", "memory", "--trace", "--table", str(traced_table), "--min-coverage", "0.8")
+    assert r.exit_code == 2
+    assert "--min-coverage" in r.stderr and "--trace" in r.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -366,6 +367,100 @@ def _loso_failures(
     return out
 
 
+def _run_traced(
+    table: Path | None,
+    json_out: bool,
+    wide: bool,
+    gates: dict[str, Any],
+    in_sample: tuple[float | None, float | None, int | None],
+) -> None:
+    """``validate memory --trace``: the traced estimate on every row the tracer can run."""
+    from gpuplan.errors import MissingInputError, SpecError
+    from gpuplan.report.table import Column
+    from gpuplan.trace import run as trace_run
+    from gpuplan.validation import (
+        default_table,
+        format_rows,
+        predict_memory_traced,
+        run_table,
+    )
+
+    given = sorted(name for name, value in gates.items() if value is not None)
+    if given:
+        raise SpecError(
+            f"--trace: {', '.join(given)} gate the analytic estimates (leave-one-source-out "
+            "folds, bounds); with --trace only --max-median, --max-under and --max-over-50 apply"
+        )
+    try:
+        trace_run._require_torch()
+    except MissingInputError as exc:
+        raise SpecError(f"--trace: {exc.one_line()}") from None
+    path = table or default_table("memory")
+    with progress(f"tracing the memory rows of {path.name} (seconds a row)"):
+        report = run_table(path, predict_memory_traced)
+    traced = [r for r in report.rows if r.error is not None]
+    skipped = [r for r in report.rows if r.error is None]
+    done = dataclasses.replace(report, rows=tuple(traced))
+    if json_out:
+        print_json(
+            {
+                "summary": done.summary() if traced else None,
+                "rows": traced,
+                "not_traced": [{"id": r.id, "reason": r.note} for r in skipped],
+                "excluded": report.excluded,
+            }
+        )
+        _traced_gates(done, in_sample)
+        return
+    columns = (
+        Column(header="id", shrink=True, min_width=12),
+        Column(header="metric", priority=3),
+        Column(header="traced GiB", justify="right"),
+        Column(header="measured GiB", justify="right"),
+        Column(header="error", justify="right"),
+        Column(header="strategy", priority=2, shrink=True, min_width=12),
+    )
+    out = console()
+    print_table(
+        columns,
+        format_rows(traced, 2**30, ""),
+        title=f"memory validation, traced: {report.table}",
+        wide=wide,
+        out=out,
+    )
+    if traced:
+        s = done.summary()
+        out.print(
+            f"traced rows {len(traced)}; median |error| {_pct(s['median_abs_error'])}; worst "
+            f"{_pct(s['worst_abs_error'])} ({s['worst_id']}); predicted >10% below measured: "
+            f"{s['under_predicted_over_10pct']}; off by more than 50%: {s['rows_over_50pct']}"
+        )
+    reasons: dict[str, int] = {}
+    for r in skipped:
+        why = r.note.split(" (hint:")[0]
+        reasons[why] = reasons.get(why, 0) + 1
+    out.print(
+        f"not traced: {len(skipped)} rows"
+        + "".join(f"\n  {n} x {why}" for why, n in sorted(reasons.items(), key=lambda x: -x[1]))
+    )
+    _traced_gates(done, in_sample)
+
+
+def _traced_gates(done: Any, in_sample: tuple[float | None, float | None, int | None]) -> None:
+    max_median, max_under, max_over_50 = in_sample
+    if not done.rows:
+        if any(g is not None for g in in_sample):
+            typer.echo("error: --trace: no row could be traced", err=True)
+            raise typer.Exit(1)
+        return
+    failures = done.gate_failures(
+        max_median=max_median, max_under=max_under, max_over_50=max_over_50
+    )
+    if failures:
+        typer.echo(f"error: traced: {failures[0]}", err=True)
+        raise typer.Exit(1)
+
+
 @validate_app.command("memory")
 def memory(
     table: TableOpt = None,
@@ -381,10 +476,38 @@ def memory(
     max_width: MaxWidthOpt = None,
     min_held_out_coverage: MinHeldOutCoverageOpt = None,
     max_coverage: MaxCoverageOpt = None,
+    trace: Annotated[
+        bool,
+        typer.Option(
+            "--trace",
+            help="Validate the traced estimate (fit --trace: the real model on the meta device, "
+            "PyTorch's caching allocator replayed) on every row the tracer can run, instead of "
+            "the analytic one; seconds a row, needs the trace extra. Lists the rows not traced "
+            "and why.",
+        ),
+    ] = False,
 ) -> None:
     """Predicted vs measured per-GPU peak memory (GiB): in-sample and leave-one-source-out
     error, the fitted constants, and how often the 80% bounds hold."""
     from gpuplan.validation import predict_memory
+
+    if trace:
+        _run_traced(
+            table,
+            json_out,
+            wide,
+            {
+                "--max-loso-median": max_loso_median,
+                "--max-loso-under": max_loso_under,
+                "--max-loso-over-50": max_loso_over_50,
+                "--min-coverage": min_coverage,
+                "--max-width": max_width,
+                "--min-held-out-coverage": min_held_out_coverage,
+                "--max-coverage": max_coverage,
+            },
+            (max_median, max_under, max_over_50),
+        )
+        return
 
     _run(
         "memory",
