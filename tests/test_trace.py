@@ -77,6 +77,10 @@ def test_analytic_and_traced_agree(data: dict[str, object], tolerance: float) ->
         ({"model": "gpt2", "seq_len": 256, "parallelism": {"tp": 2}}, "Llama-style"),
         ({"model": "gpt2", "seq_len": 256, "paged_optimizer": True}, "paged_optimizer"),
         ({"model": "gpt2", "seq_len": 256, "optimizer_in_backward": True}, "optimizer_in_backward"),
+        # engines that run their own model code, not Transformers'
+        ({"model": "llama-3.2-1b", "seq_len": 256, "framework": "litgpt"}, "litgpt runs its own"),
+        ({"model": "llama-3.2-1b", "seq_len": 256, "framework": "torchtune"}, "torchtune"),
+        ({"model": "gpt2", "seq_len": 256, "framework": "megatron"}, "megatron runs its own"),
     ],
 )
 def test_trace_refuses_what_it_cannot_run(data: dict[str, object], message: str) -> None:
@@ -86,6 +90,18 @@ def test_trace_refuses_what_it_cannot_run(data: dict[str, object], message: str)
     gpus = 2 if "parallelism" in data else 1
     analytic = fit(spec, load_catalog(use_user=False).gpu("A10"), gpus)
     with pytest.raises(SpecError, match=message):
+        trace_fit(spec, analytic)
+
+
+def test_trace_refuses_fp8_with_its_reason() -> None:
+    """An fp8 recipe is refused by name, not by a KeyError from inside the tracer."""
+    from gpuplan.errors import SpecError
+
+    spec = parse_spec(
+        {"model": "llama-3.2-1b", "seq_len": 256, "micro_batch_size": 1, "precision": "fp8-mixed"}
+    )
+    analytic = fit(spec, load_catalog(use_user=False).gpu("H100-SXM"), 1)
+    with pytest.raises(SpecError, match="fp8 kernels"):
         trace_fit(spec, analytic)
 
 

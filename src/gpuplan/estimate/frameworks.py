@@ -185,6 +185,13 @@ class Framework:
     2024-07, and still at 0.5.13). transformers (4.44 on) loads Gemma 2 with SDPA, which drops
     the cap, and only warns that training should use eager: ``hf`` keeps the spec's
     ``attention`` as given."""
+    transformers_model: bool = False
+    """The job runs Transformers' model code (``hf``, and ``deepspeed``, which wraps a Hugging
+    Face model): what ``fit --trace`` builds and runs. The other engines run their own model
+    code (Megatron-Core's with Transformer Engine, LitGPT's, torchtune's, torchtitan's,
+    llm-foundry's, NVIDIA's apex BERT), which the tracer does not have: traced with
+    Transformers' code instead, Megatron-LM's toy GPT rows came out 49-133% high and
+    torchtune's README rows 4-46% high (``gpuplan validate memory --trace``, 2026-12-05)."""
     sdpa_enable_gqa: bool = False
     """The model code hands grouped K/V to SDPA with ``enable_gqa=True`` when no mask is
     passed (causal, unpadded or packed data): transformers' ``sdpa_attention_forward``
@@ -200,6 +207,7 @@ class Framework:
 FRAMEWORKS: dict[str, Framework] = {
     "hf": Framework(
         name="hf",
+        transformers_model=True,
         python_gelu=True,
         loss_chunks=1,
         default_optimizer_impl="foreach",
@@ -229,6 +237,7 @@ FRAMEWORKS: dict[str, Framework] = {
     ),
     "deepspeed": Framework(
         name="deepspeed",
+        transformers_model=True,
         python_gelu=True,
         loss_chunks=1,
         default_optimizer_impl="fused",

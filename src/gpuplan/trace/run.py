@@ -783,6 +783,12 @@ def trace_memory(
             "--trace: qlora needs bitsandbytes kernels, which are not traced",
             hint="drop --trace for the analytic estimate",
         )
+    if spec.compute_dtype not in ("bf16", "fp16", "fp32", "tf32"):
+        raise SpecError(
+            f"--trace: {spec.precision} needs fp8 kernels (Transformer Engine, torchao), which "
+            "are not traced",
+            hint="drop --trace for the analytic estimate",
+        )
     par = spec.parallelism
     if not isinstance(par, str) and par.ep > 1:
         raise SpecError(
@@ -932,6 +938,12 @@ def trace_fit(spec: Any, analytic: Any) -> Any:
             f"--trace: runs Transformers' model code, while the analytic estimate reads a spec "
             f"that states pipeline stages and no framework as {PIPELINE_ENGINE}'s",
             hint="state framework: hf (gpuplan.estimate.fit.pinned_framework)",
+        )
+    if not FRAMEWORKS[spec.framework].transformers_model:
+        raise SpecError(
+            f"--trace: traces Transformers' model code; framework {spec.framework} runs its own, "
+            "which is estimated analytically only",
+            hint="drop --trace, or set framework: hf if the job runs Transformers' models",
         )
     if spec.fused_kernels or spec.loss_kernel in ("fused", "fused-linear"):
         what = "fused_kernels" if spec.fused_kernels else f"loss_kernel {spec.loss_kernel}"
