@@ -418,7 +418,12 @@ def _build(
     dtype: Any,
     family: str,
     part: RankSlice | None = None,
+    *,
+    eager: bool = False,
 ) -> Any:
+    """The Hugging Face model on the meta device; its attention runs the fused kernels' meta
+    implementations (:func:`_register_fused_attention`), or transformers' eager attention
+    where ``eager`` (the spec's ``attention: eager``: probabilities kept, dropout applied)."""
     import torch
     from transformers import (
         AutoConfig,
@@ -451,7 +456,9 @@ def _build(
     cls = classes.get(family, AutoModelForImageClassification if family == "vit" else AutoModel)
     # models without transformers' attention interface (ALiBi: MPT, BLOOM) run their own eager
     # attention; CNNs have none
-    attn = _register_fused_attention() if uses_attention_interface(cls, hf) else None
+    attn = None
+    if uses_attention_interface(cls, hf):
+        attn = "eager" if eager else _register_fused_attention()
     with torch.device("meta"):
         model = cls.from_config(hf, dtype=dtype, attn_implementation=attn)
         if part is not None and part.stage is not None:
@@ -599,7 +606,7 @@ def _trace_once(
             if spec.precision in ("fp32", "tf32")
             else low.get(spec.compute_dtype, torch.bfloat16)
         )
-    model = _build(config, layers, param_dtype, family, part)
+    model = _build(config, layers, param_dtype, family, part, eager=spec.attention == "eager")
     cast = CudaAutocast(low[spec.compute_dtype]) if mixed else None
     if spec.activation_checkpointing != "none":
         if not model.supports_gradient_checkpointing:
