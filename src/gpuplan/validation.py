@@ -380,20 +380,22 @@ def predict_memory_traced(row: dict[str, str], repo_root: Path) -> tuple[float, 
 
 
 _TRACED: dict[tuple[str, ...], Any] = {}
-"""Traced results by (spec, GPU, count, context, memory size): a row's three metrics share one
-trace (seconds each)."""
+"""Traced results by (repository, spec, GPU, count, context, memory size): a row's three
+metrics share one trace (seconds each)."""
+
+
+def _traced_result(row: dict[str, str], repo_root: Path) -> Any:
+    fields = ("spec", "gpu", "count", "cuda_context_mib", "memory_total_mib")
+    key = (str(repo_root), *(row.get(k, "") for k in fields))
+    if key not in _TRACED:
+        _TRACED[key] = _memory_result(row, repo_root, traced=True)
+    return _TRACED[key]
 
 
 def _predict_memory(row: dict[str, str], repo_root: Path, *, traced: bool) -> tuple[float, str]:
-    key = tuple(
-        row.get(k, "") for k in ("spec", "gpu", "count", "cuda_context_mib", "memory_total_mib")
+    result = (
+        _traced_result(row, repo_root) if traced else _memory_result(row, repo_root, traced=False)
     )
-    if traced and key in _TRACED:
-        result = _TRACED[key]
-    else:
-        result = _memory_result(row, repo_root, traced=traced)
-        if traced:
-            _TRACED[key] = result
     m = result.memory
     value = {
         "allocated": m.peak_allocated_bytes,

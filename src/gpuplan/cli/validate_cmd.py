@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
@@ -375,9 +376,9 @@ def _run_traced(
     in_sample: tuple[float | None, float | None, int | None],
 ) -> None:
     """``validate memory --trace``: the traced estimate on every row the tracer can run."""
-    from gpuplan.errors import MissingInputError, SpecError
+    from gpuplan.errors import SpecError
     from gpuplan.report.table import Column
-    from gpuplan.trace import run as trace_run
+    from gpuplan.trace import require_torch
     from gpuplan.validation import (
         default_table,
         format_rows,
@@ -391,10 +392,7 @@ def _run_traced(
             f"--trace: {', '.join(given)} gate the analytic estimates (leave-one-source-out "
             "folds, bounds); with --trace only --max-median, --max-under and --max-over-50 apply"
         )
-    try:
-        trace_run._require_torch()
-    except MissingInputError as exc:
-        raise SpecError(f"--trace: {exc.one_line()}") from None
+    require_torch()  # one line naming the trace extra, before any row is read
     path = table or default_table("memory")
     with progress(f"tracing the memory rows of {path.name} (seconds a row)"):
         report = run_table(path, predict_memory_traced)
@@ -435,13 +433,10 @@ def _run_traced(
             f"{_pct(s['worst_abs_error'])} ({s['worst_id']}); predicted >10% below measured: "
             f"{s['under_predicted_over_10pct']}; off by more than 50%: {s['rows_over_50pct']}"
         )
-    reasons: dict[str, int] = {}
-    for r in skipped:
-        why = r.note.split(" (hint:")[0]
-        reasons[why] = reasons.get(why, 0) + 1
+    reasons = collections.Counter(r.note.split(" (hint:")[0] for r in skipped)
     out.print(
         f"not traced: {len(skipped)} rows"
-        + "".join(f"\n  {n} x {why}" for why, n in sorted(reasons.items(), key=lambda x: -x[1]))
+        + "".join(f"\n  {n} x {why}" for why, n in reasons.most_common())
     )
     _traced_gates(done, in_sample)
 

@@ -201,10 +201,11 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         raise SpecError(
             "precision: qlora computes in 16 bits; use bf16-mixed, bf16-true, fp16-mixed or fp16-true"
         )
-    # soft-capped attention scores (Gemma 2): no SDPA kernel caps them, so an engine that
-    # honours the cap runs the attention eagerly unless the spec names a kernel
+    # attention: auto runs eagerly where no kernel takes the job: soft-capped scores (Gemma 2)
+    # under an engine that honours the cap, and grouped K/V in fp32 handed to SDPA with
+    # enable_gqa (its math backend)
     gqa_math = gqa_math_attention(spec, shape)
-    softcap_eager = (
+    eager_by_engine = (
         spec.attention == "auto"
         and shape.attention_softcapping
         and FRAMEWORKS[spec.framework].softcapping_eager
@@ -236,9 +237,9 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         activation_offload_layers=0
         if spec.megatron is None
         else spec.megatron.activation_offload_layers,
-        fused_attention=spec.attention != "eager" and not softcap_eager,
+        fused_attention=spec.attention != "eager" and not eager_by_engine,
         cudnn_attention=spec.attention == "cudnn",
-        attention_auto=spec.attention == "auto" and not softcap_eager,
+        attention_auto=spec.attention == "auto" and not eager_by_engine,
         gqa_math_attention=gqa_math,
         framework=spec.framework,
         compiled=spec.compile,

@@ -5,6 +5,6 @@ no GPU is used: the model is built from its config on ``meta``, two training
 iterations run under ``MemTracker``, and the steady-state peak is read.
 """
 
-from gpuplan.trace.run import TraceResult, trace_fit, trace_memory
+from gpuplan.trace.run import TraceResult, require_torch, trace_fit, trace_memory
 
-__all__ = ["TraceResult", "trace_fit", "trace_memory"]
+__all__ = ["TraceResult", "require_torch", "trace_fit", "trace_memory"]

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import json
 import time
+import weakref
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,8 @@ class TraceResult:
     where the trace is)."""
 
 
-def _require_torch() -> Any:
+def require_torch() -> Any:
+    """torch, once torch and transformers are importable (the ``trace`` extra)."""
     try:
         import torch
         import transformers
@@ -223,11 +225,15 @@ class _AllocatorReplay:
     (``torch.distributed._tools.mem_tracker``). Parameters and buffers are allocated first."""
 
     def __init__(self, model: Any) -> None:
+        import torch
         from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_flatten
 
         from gpuplan.trace.allocator import CachingAllocator
 
         self.allocator = CachingAllocator()
+        self._tensor = torch.Tensor
+        self._flatten = tree_flatten
         replay = self
 
         class Mode(TorchDispatchMode):
@@ -243,17 +249,12 @@ class _AllocatorReplay:
 
     def track_all(self, out: Any) -> None:
         """Allocate the storages of an op's tensor outputs not seen before."""
-        import torch
-        from torch.utils._pytree import tree_flatten
-
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and t.device.type == "meta":
+        for t in self._flatten(out)[0]:
+            if isinstance(t, self._tensor) and t.device.type == "meta":
                 self.track(t)
 
     def track(self, tensor: Any) -> None:
         """Allocate ``tensor``'s storage unless it is already live; free it when collected."""
-        import weakref
-
         storage = tensor.untyped_storage()
         key = storage._cdata
         if key in self._live or storage.nbytes() == 0:
@@ -775,7 +776,7 @@ def trace_memory(
     slice (:class:`RankSlice`). ``grads_persist`` traces gradient accumulation:
     gradients stay allocated through forward and backward.
     """
-    _require_torch()
+    require_torch()
     from gpuplan.estimate.fit import sequence_length, spec_shape
 
     shape = spec_shape(spec)
