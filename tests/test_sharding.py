@@ -91,6 +91,35 @@ def test_deepspeed_zero1_is_about_half_of_pytorch_amp(a100: GpuSpec) -> None:
     assert ds.details["weights: parameters"] == pytest.approx(params * 2)
 
 
+def test_deepspeed_zero1_with_overlap_comm_frees_gradients_as_stage_2_does(a100: GpuSpec) -> None:
+    """From 0.13.0 ZeRO-1 honours ``overlap_comm``: its gradient hooks move each gradient
+    into the reduction bucket on the accumulation boundary (``stage_1_and_2.py``,
+    ``reduce_independent_p_g_buckets_and_remove_grads``), so with one micro-batch a step
+    it keeps only its own partition, as stage 2 does. Measured (LSAIE, 4 GH200s, an 8B
+    Llama-shaped model): ZeRO-1 and ZeRO-2 peak at the same allocated memory."""
+    on = {"deepspeed": {"overlap_comm": True}, "global_batch_size": 8}
+    z1 = fit(_full("deepspeed", "zero1", **on), a100, 8).memory
+    z2 = fit(_full("deepspeed", "zero2", **on), a100, 8).memory
+    assert z1.peak_allocated_bytes == pytest.approx(z2.peak_allocated_bytes)
+    params = model_shape("llama-2-7b").params_total
+    assert z1.details["gradients"] == pytest.approx(params * 2 / 8)
+    assert "gradients: DeepSpeed contiguous copy of the own partition" not in z1.details
+    whole = params * 2
+    # accumulating micro-batches, overlap_comm off (the stage's default), or a release before
+    # 0.13.0: the gradients stay whole until backward ends, beside the own partition's copy
+    for kw in (
+        {**on, "global_batch_size": 16},
+        {"global_batch_size": 8},
+        {"deepspeed": {"overlap_comm": True, "version": "0.12.6"}, "global_batch_size": 8},
+    ):
+        mem = fit(_full("deepspeed", "zero1", **kw), a100, 8).memory
+        assert mem.details["gradients"] == pytest.approx(whole), kw
+        assert mem.details["gradients: DeepSpeed contiguous copy of the own partition"] > 0
+    # under ZeRO-Offload the hooks send the own partition to the host, as stage 2's do
+    off = fit(_full("deepspeed", "zero1", offload="optimizer", **on), a100, 8).memory
+    assert off.details["gradients"] == 0.0
+
+
 def test_zero_offload_moves_stage_2_and_3_gradients_to_the_host(a100: GpuSpec) -> None:
     """DeepSpeed ZeRO-Offload (``stage_1_and_2.py``: ``copy_grads_in_partition`` copies each
     reduced gradient to the host fp32 buffer and frees it; ``stage3.py`` keeps its gradient

@@ -402,6 +402,7 @@ def layout_for(job: MemoryJob, st: Strategy) -> StateLayout:
         megatron=job.megatron,
         deepspeed=job.deepspeed,
         offload=st.offload,
+        grad_accum=st.grad_accum,
     )
 
 

@@ -33,7 +33,14 @@ Adam moments in the optimizer.
   ``DeepSpeedZeroOptimizer``: ``bit16_groups`` whole, ``single_partition_of_fp32_groups``
   sharded); ``copy_grads_in_partition`` keeps a 16-bit copy of the own partition's
   gradients (``contiguous_gradients``, default on) and ``step`` casts that partition to an
-  fp32 gradient (4/N) before the update.
+  fp32 gradient (4/N) before the update. With ``overlap_comm`` (honoured by stage 1 from
+  0.13.0, :data:`~gpuplan.estimate.frameworks.DS_STAGE1_OVERLAP`) the gradient hooks run as
+  under stage 2 (``process_gradients``): on the gradient-accumulation boundary
+  ``reduce_independent_p_g_buckets_and_remove_grads`` copies each gradient into the
+  reduction bucket and points ``param.grad`` at that copy, freeing its own storage. With one
+  micro-batch a step every micro-step is that boundary, so no whole gradient outlives its
+  hook: 2 + 2/N + 12/N, as stage 2. Accumulating micro-batches keep them whole between
+  boundaries.
 * ``zero2``: 2 + 2/N + 12/N (same class, ``partition_gradients``).
 * ``zero3`` = ``fsdp``: (2 + 2 + 12)/N (``deepspeed/runtime/zero/stage3.py``,
   ``DeepSpeedZeroOptimizer_Stage3``: ``fp16_partitioned_groups_flat``,
@@ -255,12 +262,15 @@ def state_layout(
     megatron: MegatronOptions | None = None,
     deepspeed: DeepSpeedOptions | None = None,
     offload: str = "none",
+    grad_accum: int = 1,
 ) -> StateLayout:
     """What ``framework`` keeps per parameter under ``sharding`` over ``ranks`` shards.
 
     ``ranks`` is the shard group (dp, or the node's data-parallel ranks under hsdp);
     ``dp`` the data-parallel degree (replication only matters when dp > 1); ``offload`` the
-    spec's CPU offload (it moves DeepSpeed's gradients too, see the module docstring).
+    spec's CPU offload (it moves DeepSpeed's gradients too, see the module docstring);
+    ``grad_accum`` the micro-batches a step (DeepSpeed's stage 1 frees its gradients as
+    they are reduced only when every micro-step is a boundary).
     """
     check_sharding(framework, sharding)
     engine = FRAMEWORKS[framework].engine
@@ -270,9 +280,10 @@ def state_layout(
     o_ranks = n if sharding != "none" else 1
     sixteen = _sixteen_bit(pb)
     if engine == "deepspeed" and sixteen:
-        lay = _deepspeed(
-            sharding, pb, n, p_ranks, g_ranks, o_ranks, deepspeed or DeepSpeedOptions()
-        )
+        opts = deepspeed or DeepSpeedOptions()
+        if deepspeed_stage1_frees_grads(sharding, n, opts, grad_accum):
+            g_ranks = n
+        lay = _deepspeed(sharding, pb, n, p_ranks, g_ranks, o_ranks, opts)
         return _deepspeed_offload(lay) if offload != "none" and sharding != "none" else lay
     if engine == "apex" and sixteen:
         # amp O2 keeps what DeepSpeed's unsharded fp16 engine keeps (frameworks.py: apex)
@@ -337,6 +348,20 @@ def state_layout(
     )
 
 
+def deepspeed_stage1_frees_grads(
+    sharding: str, n: int, opts: DeepSpeedOptions, grad_accum: int
+) -> bool:
+    """Whether DeepSpeed's ZeRO-1 moves each gradient into the reduction bucket in its hook
+    (``overlap_comm`` on, honoured from 0.13.0) on every micro-step, so that it keeps only
+    its own partition, as stage 2 does (module docstring)."""
+    return (
+        sharding == "zero1"
+        and n > 1
+        and grad_accum == 1
+        and deepspeed_overlap_comm(sharding, opts.overlap_comm, opts.version)
+    )
+
+
 def _deepspeed(
     sharding: str,
     pb: PrecisionBytes,
@@ -368,7 +393,9 @@ def _deepspeed(
         gathered_layers=1 if stage3 and n > 1 else 0,
         gathered_extra_elements=opts.prefetch_bucket if stage3 and n > 1 else 0,
         gathered_cap_elements=opts.max_live_parameters,
-        grad_partition_copy_bytes=2.0 if n > 1 and sharding == "zero1" else 0.0,
+        # the own partition's contiguous copy, beside whole gradients (none when the hooks
+        # free them: the copy is then the gradients, g_ranks = n)
+        grad_partition_copy_bytes=2.0 if n > 1 and sharding == "zero1" and g_ranks == 1 else 0.0,
         grads_persistent=stage3,
         step_grad_bytes=4,
         step_grad_cap_elements=opts.sub_group if stage3 else float("inf"),
@@ -384,6 +411,12 @@ def _deepspeed(
                 + (", two of them (overlap_comm)" if buckets > opts.reduce_bucket * 2 else "")
                 if buckets
                 else ""
+            )
+            + (
+                "; stage 1 with overlap_comm and one micro-batch a step: each gradient moves "
+                "into the reduction bucket in its hook, so only the own partition stays"
+                if sharding == "zero1" and g_ranks > 1
+                else ""
             ),
         ),
     )
@@ -393,7 +426,8 @@ def _deepspeed_offload(lay: StateLayout) -> StateLayout:
     """``lay`` under ZeRO-Offload: gradients to the host under stages 2 and 3, the own
     partition's copy to the host under stage 1 (module docstring)."""
     stage12 = lay.sharding in ("zero1", "zero2")
-    to_host = lay.sharding != "zero1"
+    # stage 1 with its hooks on (gradients sharded in the layout) sends them as stage 2 does
+    to_host = lay.sharding != "zero1" or lay.grad_ranks > 1
     return dataclasses.replace(
         lay,
         grads_on_host=to_host,
