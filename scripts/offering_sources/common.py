@@ -32,6 +32,7 @@ GPU_IDS = frozenset(
         "H100-NVL",
         "H200",
         "H20",
+        "GH200",
         "B200",
         "GB200",
         "MI300X",

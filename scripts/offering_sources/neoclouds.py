@@ -39,6 +39,7 @@ LAMBDA: dict[str, tuple[str, str]] = {
     "gpu_2x_a6000": ("RTX-A6000", "pcie"),
     "gpu_4x_a6000": ("RTX-A6000", "pcie"),
     "gpu_1x_b200_sxm6": ("B200", "sxm"),
+    "gpu_1x_gh200": ("GH200", "sxm"),
     "gpu_2x_b200_sxm6": ("B200", "sxm"),
     "gpu_4x_b200_sxm6": ("B200", "sxm"),
     "gpu_8x_b200_sxm6": ("B200", "sxm"),
@@ -63,6 +64,7 @@ LAMBDA_TRANSCRIPT = {
     "8x A100 80GB SXM": "gpu_8x_a100_80gb_sxm4",
     "4x A6000": "gpu_4x_a6000",
     "1x B200": "gpu_1x_b200_sxm6",
+    "1x GH200": "gpu_1x_gh200",
     "2x B200": "gpu_2x_b200_sxm6",
     "4x B200": "gpu_4x_b200_sxm6",
     "8x B200 SXM6": "gpu_8x_b200_sxm6",
@@ -211,6 +213,7 @@ COREWEAVE = {
     "L40S 8x": ("L40S", 8, "pcie"),
     "HGX B200 8x": ("B200", 8, "sxm"),
     "GB200 NVL72 (4-GPU node)": ("GB200", 4, "nvl72"),
+    "GH200": ("GH200", 1, "sxm"),
 }
 COREWEAVE_NOTE = (
     "Hourly list price from a public transcription of https://www.coreweave.com/pricing "
