@@ -507,7 +507,8 @@ class JobSpec(_Spec):
         default="none",
         description="CPU offload of optimizer state / params. Under framework deepspeed "
         "(ZeRO-Offload) stages 2 and 3 send the gradients to the host too, as each bucket is "
-        "reduced; stage 1 keeps them on the GPU until backward ends.",
+        "reduced; stage 1 keeps them on the GPU until backward ends, unless overlap_comm "
+        "(from DeepSpeed 0.13.0) with one micro-batch a step sends them as stage 2 does.",
     )
     framework: Framework = Field(
         default="hf",
