@@ -1178,3 +1178,39 @@ def test_the_distributed_optimizer_gathers_parameters_as_megatron_stores_them(ca
     bf16 = comm_s("bf16-mixed")
     assert comm_s("fp8-mixed") == pytest.approx(bf16, rel=1e-9)
     assert comm_s("fp8-mixed", fp8_params=True) < bf16
+
+
+def test_autocast_moves_fp32_weights_each_micro_batch(cat) -> None:  # type: ignore[no-untyped-def]
+    """Under torch autocast an fp32 linear weight is cast to 16 bits once a micro-batch, and its
+    gradient cast back and accumulated into ``.grad``: 6 + 6 bytes a weight, 12 more from the
+    second micro-batch, 6 more with full checkpointing's recompute. A model that stores 16-bit
+    weights (DeepSpeed), FSDP (gathered in 16 bits) and fp32 pay none."""
+    gpu = cat.gpu("A100-80GB")
+    base = {
+        "model": "gpt2-large",
+        "method": "full",
+        "precision": "fp16-mixed",
+        "micro_batch_size": 1,
+        "seq_len": 1024,
+        "activation_checkpointing": "none",
+        "framework": "hf",
+        "global_batch_size": 1,
+        "parallelism": {"sharding": "none", "tp": 1, "pp": 1},
+    }
+
+    def casts(**kw: object) -> float:
+        spec = parse_spec({**base, **kw})
+        return configure(spec, gpu, 1, default_topology(gpu, 1)).time.parts["autocast weight casts"]
+
+    shape_weights = 36 * 12 * 1280**2 + 50257 * 1280  # the linears' weights and the tied head
+    hbm = gpu.memory_bandwidth_gb_per_s * 1e9 * efficiencies().arch(gpu).hbm
+    one = casts()
+    assert one == pytest.approx(shape_weights * 12 / hbm, rel=0.01)
+    four = casts(global_batch_size=4)  # 4 micro-batches, 3 of them accumulate in place
+    assert four == pytest.approx(4 * shape_weights * (12 + 12 * 3 / 4) / hbm, rel=0.01)
+    assert casts(activation_checkpointing="full") == pytest.approx(
+        shape_weights * 18 / hbm, rel=0.01
+    )
+    assert casts(framework="deepspeed") == 0.0
+    assert casts(precision="fp32") == 0.0
+    assert casts(method="lora") == 0.0

@@ -230,6 +230,38 @@ EAGER_FRAMEWORKS = frozenset({"hf", "deepspeed", "litgpt", "torchtune"})
 """Engines that run the model's own eager PyTorch modules (DeepSpeed wraps a Hugging Face model)."""
 
 
+def _autocast_weight_traffic_s(
+    shape: Shape,
+    job: MemoryJob,
+    st: Strategy,
+    lay: StateLayout,
+    layers: int,
+    micro_batches: int,
+    hbm: float,
+) -> float:
+    """Seconds a micro-batch spends moving fp32 weights in and out of torch autocast.
+
+    Under autocast an fp32 linear weight is cast to 16 bits for each forward
+    (``_to_copy``, cached within one autocast region, so once a micro-batch): 4 bytes read,
+    2 written. Its 16-bit gradient flows back through that cast to fp32 (2 read, 4 written) and
+    ``AccumulateGrad`` adds it to ``.grad`` in place from the second micro-batch of a step
+    (4 + 4 read, 4 written; the first takes the tensor). Full checkpointing casts again:
+    ``torch.utils.checkpoint`` re-enters autocast for the recompute, a new region with an empty
+    cache. Only where the engine stores fp32 parameters whole (DDP, ZeRO-1 of PyTorch); FSDP
+    gathers its parameters in 16 bits. The weights are the linears' (autocast's fp16 list casts
+    a linear's arguments; embeddings and norms run in fp32) and the LM head's.
+    """
+    if not (_torch_autocast(job) and job.method == "full" and shape.family != "cnn"):
+        return 0.0
+    if lay.param_bytes != 4 or lay.param_ranks != 1 or lay.gather_bytes:
+        return 0.0
+    weights = layers * sum(lin.in_features * lin.out_features * lin.count for lin in shape.linears)
+    weights = (weights + (shape.params_head or shape.vocab * shape.hidden)) / st.tp
+    casts = 2 if st.activation_checkpointing == "full" else 1
+    per_weight = 6 * casts + 6 + 12 * (micro_batches - 1) / micro_batches
+    return weights * per_weight / hbm
+
+
 def _kernels_per_layer(job: MemoryJob, shape: Shape) -> int:
     """Kernel launches of one layer's forward and backward: counted for Hugging Face's eager
     models (:data:`EAGER_KERNELS_PER_LAYER`, and :data:`EAGER_KERNELS_PER_LAYER_AUTOCAST` under
@@ -586,6 +618,20 @@ def estimate_time(
     virt = eff_all.virtualization.get(topo.hosting, 1.0) * topo.compute_fraction
     micro = (ct.layer_s + ct.head_s) / virt
     m = st.grad_accum
+    casts_s = _autocast_weight_traffic_s(shape, job, st, lay, layers_stage, m, bw * eff.hbm) / virt
+    micro += casts_s
+    if casts_s:
+        assumptions.append(
+            "torch autocast: each micro-batch casts the fp32 linear weights to 16 bits"
+            + (
+                " (again in the checkpointed recompute)"
+                if st.activation_checkpointing == "full"
+                else ""
+            )
+            + " and their gradients back to fp32, "
+            + ("added to .grad in place after the first micro-batch, " if m > 1 else "")
+            + f"{casts_s * 1e3:.1f} ms a micro-batch at the achieved bandwidth"
+        )
     # 1F1B: bubble = (p-1)/m of the compute; interleaving over vp virtual stages divides it by vp
     bubble_frac = (st.pp - 1) / (st.vp * m + st.pp - 1) if st.pp > 1 else 0.0
     compute = m * micro
@@ -873,6 +919,7 @@ def estimate_time(
         )
     parts = {
         **{k: m * v / virt for k, v in ct.parts.items()},
+        "autocast weight casts": m * casts_s,
         "optimizer step": optimizer_s,
         "pipeline bubble": bubble,
         "dp comm exposed": dp_exposed,

@@ -80,6 +80,7 @@ SKYPILOT_ACCELERATORS: dict[str, str] = {
     "H100-PCIE": "H100",
     "H100-NVL": "H100",
     "H200": "H200",
+    "GH200": "GH200",
     "B200": "B200",
     "MI300X": "MI300X",
 }
