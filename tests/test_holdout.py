@@ -154,6 +154,10 @@ def test_max_coverage_gate(cli, tmp_path: Path) -> None:  # type: ignore[no-unty
     wide = cli("validate", "memory", "--table", str(table), "--max-coverage", "0.85")
     assert wide.exit_code == 1 and "above --max-coverage 85%" in wide.stderr
     assert cli("validate", "memory", "--table", str(table), "--max-coverage", "1").exit_code == 0
+    held = cli("validate", "memory", "--table", str(table), "--max-held-out-coverage", "0.85")
+    assert held.exit_code == 1 and "above --max-held-out-coverage 85%" in held.stderr
+    ok = cli("validate", "memory", "--table", str(table), "--max-held-out-coverage", "1")
+    assert ok.exit_code == 0
 
 
 def test_training_without_stored_folds_says_so(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -130,6 +130,16 @@ MaxCoverageOpt = Annotated[
         "fitted without their own source (bounds wider than the 80% they claim).",
     ),
 ]
+MaxHeldOutCoverageOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-held-out-coverage",
+        min=0.0,
+        max=1.0,
+        help="Exit 1 if more rows than this share fall inside 80% bounds fitted without their "
+        "own source (the held-out side of --max-coverage alone).",
+    ),
+]
 MaxWidthOpt = Annotated[
     float | None,
     typer.Option(
@@ -179,6 +189,7 @@ def _run(
     max_width: float | None = None,
     min_held_out_coverage: float | None = None,
     max_coverage: float | None = None,
+    max_held_out_coverage: float | None = None,
 ) -> None:
     """Run one validation table, print it (or JSON), and apply the CI gates."""
     from gpuplan import holdout
@@ -325,6 +336,15 @@ def _run(
                     f"80% bounds{which} cover {share:.0%} of rows, above --max-coverage "
                     f"{max_coverage:.0%}"
                 )
+    if (
+        max_held_out_coverage is not None
+        and cov is not None
+        and cov.inside_held_out > max_held_out_coverage
+    ):
+        failures.append(
+            f"80% bounds fitted without each row's source cover {cov.inside_held_out:.0%} of "
+            f"rows, above --max-held-out-coverage {max_held_out_coverage:.0%}"
+        )
     if max_refused is not None and refused is not None and len(refused) > max_refused:
         failures.append(
             f"the memory model refuses {len(refused)} rows that ran as published, more than "
@@ -471,6 +491,7 @@ def memory(
     max_width: MaxWidthOpt = None,
     min_held_out_coverage: MinHeldOutCoverageOpt = None,
     max_coverage: MaxCoverageOpt = None,
+    max_held_out_coverage: MaxHeldOutCoverageOpt = None,
     trace: Annotated[
         bool,
         typer.Option(
@@ -499,6 +520,7 @@ def memory(
                 "--max-width": max_width,
                 "--min-held-out-coverage": min_held_out_coverage,
                 "--max-coverage": max_coverage,
+                "--max-held-out-coverage": max_held_out_coverage,
             },
             (max_median, max_under, max_over_50),
         )
@@ -519,6 +541,7 @@ def memory(
         max_width=max_width,
         min_held_out_coverage=min_held_out_coverage,
         max_coverage=max_coverage,
+        max_held_out_coverage=max_held_out_coverage,
     )
 
 
@@ -540,6 +563,7 @@ def training(
     max_width: MaxWidthOpt = None,
     min_held_out_coverage: MinHeldOutCoverageOpt = None,
     max_coverage: MaxCoverageOpt = None,
+    max_held_out_coverage: MaxHeldOutCoverageOpt = None,
 ) -> None:
     """Predicted vs measured throughput / time-to-train: in-sample and leave-one-source-out
     error, the fitted constants, how often the 80% bounds hold, and the rows that ran but
@@ -563,6 +587,7 @@ def training(
         max_width=max_width,
         min_held_out_coverage=min_held_out_coverage,
         max_coverage=max_coverage,
+        max_held_out_coverage=max_held_out_coverage,
     )
 
 
