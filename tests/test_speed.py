@@ -1214,3 +1214,37 @@ def test_autocast_moves_fp32_weights_each_micro_batch(cat) -> None:  # type: ign
     assert casts(framework="deepspeed") == 0.0
     assert casts(precision="fp32") == 0.0
     assert casts(method="lora") == 0.0
+
+
+def test_stated_fused_kernels_and_loss_are_priced_in_time(cat) -> None:  # type: ignore[no-untyped-def]
+    """``fused_kernels`` prices the element-wise passes over what the fused kernels keep and
+    the fused-kernel launch count; ``loss_kernel: fused`` one 16-bit read and write of the
+    logits in place of the eager loss's three fp32 passes. Unstated, the time is as before."""
+    gpu = cat.gpu("H100-SXM")
+    base = {
+        "model": "llama-3.2-1b",
+        "method": "full",
+        "precision": "bf16-mixed",
+        "micro_batch_size": 1,
+        "global_batch_size": 1,
+        "seq_len": 4096,
+        "activation_checkpointing": "full",
+        "framework": "hf",
+        "parallelism": {"sharding": "none", "tp": 1, "pp": 1},
+    }
+
+    def parts(**kw: object) -> dict[str, float]:
+        spec = parse_spec({**base, **kw})
+        return configure(spec, gpu, 1, default_topology(gpu, 1)).time.parts
+
+    eager = parts()
+    fused = parts(fused_kernels=True)
+    assert fused["elementwise"] < 0.8 * eager["elementwise"]
+    assert fused["kernel launches"] < 0.5 * eager["kernel launches"]
+    assert fused["gemm"] == eager["gemm"]
+    loss = parts(loss_kernel="fused")
+    tokens, vocab = 4096, 128256
+    hbm = gpu.memory_bandwidth_gb_per_s * 1e9 * efficiencies().arch(gpu).hbm
+    saved = tokens * vocab * (3 * 4 - 2 * 2) / hbm  # three fp32 passes -> two 16-bit ones
+    assert eager["lm head + loss"] - loss["lm head + loss"] == pytest.approx(saved, rel=0.01)
+    assert parts(fused_kernels=False) == eager and parts(loss_kernel="eager") == eager

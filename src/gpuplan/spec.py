@@ -494,7 +494,9 @@ class JobSpec(_Spec):
         "norm keeps its input, in the residual stream's dtype, and its fp32 statistics, not "
         "fp32 copies; the gated MLP keeps its gate and up outputs, not the activation's output, "
         "and a GELU its input, not the tanh formula's intermediates; "
-        "grouped-query K/V reach the attention kernel unrepeated. Memory only. Default: the "
+        "grouped-query K/V reach the attention kernel unrepeated. Stated, it also prices the "
+        "step's element-wise traffic over what the kernels keep and the fused kernel count. "
+        "Default: the "
         "framework's (megatron: yes; the others: no).",
     )
     activation_checkpointing: Checkpointing = Field(
@@ -620,7 +622,9 @@ class JobSpec(_Spec):
         "fp32 logsumexp, and its backward writes a 16-bit gradient; fused-linear: the LM head "
         "and the loss fused and chunked (Liger Kernel's LigerFusedLinearCrossEntropyLoss, "
         "Apple's cut-cross-entropy): no logits are kept, only the hidden state's gradient, "
-        "computed in forward. Memory only. auto: the framework's (llmfoundry fused, the others "
+        "computed in forward. Stated fused or fused-linear, the step reads the 16-bit logits and "
+        "writes their gradient once instead of three fp32 passes. auto: the framework's "
+        "(memory; time keeps the eager passes) (llmfoundry fused, the others "
         "eager; under megatron, megatron.cross_entropy_fusion decides instead).",
     )
     zero_grad: Literal["set_to_none", "zeros"] = Field(

@@ -231,6 +231,7 @@ def transformer_step(
     fp8_transposes: bool = True,
     head_aligned: bool = True,
     recompute_stops_early: bool = False,
+    fused_loss: bool = False,
 ) -> ComputeTime:
     """Compute time of the worst pipeline stage for one micro-batch.
 
@@ -257,6 +258,9 @@ def transformer_step(
     :data:`UNALIGNED_GEMM_SLOWDOWN` times as long.
     ``recompute_stops_early``: full checkpointing's recompute stops before the layer's last
     projection (:func:`recompute_skips_last_linear`).
+    ``fused_loss``: the spec states a fused cross-entropy (flash-attn's, Liger's, or the head
+    and loss fused): one kernel reads the 16-bit logits and writes their 16-bit gradient, in
+    place of the eager loss's three fp32 passes.
     """
     ctx = attention_seq or seq
     # a GEMM's fixed cost (launch, tail, wave quantisation) is a time: in FLOPs it grows
@@ -415,9 +419,14 @@ def transformer_step(
         if not head_aligned:
             head_fwd *= UNALIGNED_GEMM_SLOWDOWN
             head_s *= UNALIGNED_GEMM_SLOWDOWN
-        loss_pass = tokens * shape.vocab / tp * 4 / (bw * eff.hbm)
-        head_s += 3 * loss_pass  # fp32 loss passes: softmax read and write, gradient write
-        head_fwd += 2 * loss_pass
+        if fused_loss:
+            loss_pass = tokens * shape.vocab / tp * a / (bw * eff.hbm)
+            head_s += 2 * loss_pass  # 16-bit logits read, their gradient written
+            head_fwd += loss_pass
+        else:
+            loss_pass = tokens * shape.vocab / tp * 4 / (bw * eff.hbm)
+            head_s += 3 * loss_pass  # fp32 loss passes: softmax read and write, gradient write
+            head_fwd += 2 * loss_pass
         head_flops *= 1 + head_bwd
     # model FLOPs are what the method needs, recompute left out: a frozen base's linears and
     # head run forward and input gradient (no weight gradient), so PEFT counts 4N, not 6N

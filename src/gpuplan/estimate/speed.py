@@ -265,8 +265,9 @@ def _autocast_weight_traffic_s(
 def _kernels_per_layer(job: MemoryJob, shape: Shape) -> int:
     """Kernel launches of one layer's forward and backward: counted for Hugging Face's eager
     models (:data:`EAGER_KERNELS_PER_LAYER`, and :data:`EAGER_KERNELS_PER_LAYER_AUTOCAST` under
-    torch autocast, whose casts are kernels too), the fused-kernel prior otherwise."""
-    if job.compiled or job.framework not in EAGER_FRAMEWORKS:
+    torch autocast, whose casts are kernels too), the fused-kernel prior otherwise (and where
+    the spec states ``fused_kernels``)."""
+    if job.compiled or job.fused_kernels or job.framework not in EAGER_FRAMEWORKS:
         return KERNELS_PER_LAYER
     counts = EAGER_KERNELS_PER_LAYER_AUTOCAST if _torch_autocast(job) else EAGER_KERNELS_PER_LAYER
     if shape.norm == "rmsnorm" and shape.rope:
@@ -506,7 +507,12 @@ def estimate_time(
             assumptions.append(CUDNN_BENCHMARK_CHOICE)
         tokens_per_sample = None
     else:
-        num = Numerics(act_bytes=pb.act, autocast=pb.autocast, compiled=job.compiled)
+        num = Numerics(
+            act_bytes=pb.act,
+            autocast=pb.autocast,
+            compiled=job.compiled,
+            fused_kernels=bool(job.fused_kernels),
+        )
         score_bytes = _score_bytes(job)
         score_passes = _score_passes(job, shape, st, max(1, seq // st.cp))
         adapter_b = adapter_bytes(job, lay)
@@ -573,6 +579,7 @@ def estimate_time(
             fp8_transposes=fp8_needs_transposes(gpu.compute_capability),
             head_aligned=head_aligned,
             recompute_stops_early=job.recompute_stops_early,
+            fused_loss=job.loss_kernel in ("fused", "fused-linear"),
             adapter_peak=peak_flops(
                 gpu, "fp32" if adapter_b == 4 and not adapter.autocast else "bf16"
             ),
