@@ -203,17 +203,8 @@ def test_180b_on_4096_a100_40gb_takes_tp_x_pp_with_a_sharded_optimizer(cat) -> N
     assert st.sharding in ("zero1", "zero2")  # the optimizer sharded, the weights not
     assert st.dp < 512
     assert conf.time.comm_fraction < 0.4
-    # GPU-hours against the published run under an engine like its own (Gigatron keeps bf16
-    # weights, as Megatron does): the spec's default engine stores fp32 weights under torch
-    # autocast, which casts them every micro-batch (2026-12-05: 1.5 of its 11.2 s step)
-    as_published = _pinned(spec, "zero1", 1, 1).model_dump(exclude_none=True)
-    as_published.update(framework="megatron", parallelism="auto")
-    engine = configure(parse_spec(as_published), gpu, 4096, topo, with_scaling=False)
-    assert engine.strategy.pp > 1 and engine.strategy.tp == 8
-    assert engine.time.gpu_hours is not None
-    assert engine.time.gpu_hours < 1.5 * FALCON_GPU_HOURS
-    assert conf.time.parts["autocast weight casts"] > 0
-    assert engine.time.parts["autocast weight casts"] == 0
+    assert conf.time.gpu_hours is not None
+    assert conf.time.gpu_hours < 1.5 * FALCON_GPU_HOURS
     zero3 = configure(
         _pinned(spec, "zero3", 8, 1),
         gpu,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,9 +12,13 @@ from gpuplan import holdout
 from gpuplan.catalog.loader import load_catalog
 from gpuplan.errors import GpuPlanError, MissingInputError
 from gpuplan.estimate import calibration, comm
+from gpuplan.estimate import speed as speed_mod
 from gpuplan.estimate.calibration import efficiencies
 from gpuplan.estimate.configure import configure, default_topology
+from gpuplan.estimate.fit import memory_job, model_shape
+from gpuplan.estimate.memory import layout_for
 from gpuplan.estimate.speed import TimeEstimate
+from gpuplan.estimate.strategy import Strategy
 from gpuplan.spec import load_spec, parse_spec
 
 EX = Path(__file__).resolve().parents[1] / "examples"
@@ -658,7 +663,6 @@ def test_a_short_reduction_reaches_less_of_the_peak(cat) -> None:  # type: ignor
     """Each GEMM pass writes its output after its reduction (compute._gemm_time): at equal
     FLOPs a reduction of K keeps K / (K + peak x e x bytes / (2 x bandwidth x hbm)) of the
     efficiency, 0.96 at K 4096 and 0.82 at K 768 on an H100 in bf16 at e = 0.5."""
-    import dataclasses
 
     from gpuplan.estimate.compute import _gemm_time, peak_flops
 
@@ -1214,6 +1218,15 @@ def test_autocast_moves_fp32_weights_each_micro_batch(cat) -> None:  # type: ign
     assert casts(framework="deepspeed") == 0.0
     assert casts(precision="fp32") == 0.0
     assert casts(method="lora") == 0.0
+    # a pipeline runs on a pipeline engine, which keeps 16-bit weights
+    staged = Strategy(sharding="none", tp=1, pp=2, dp=1, micro_batch_size=1, grad_accum=2)
+    job = memory_job(parse_spec(base), model_shape("gpt2-large"))
+    assert (
+        speed_mod._autocast_weight_traffic_s(
+            model_shape("gpt2-large"), job, staged, layout_for(job, staged), 18, 1, hbm
+        )
+        == 0.0
+    )
 
 
 def test_stated_fused_kernels_and_loss_are_priced_in_time(cat) -> None:  # type: ignore[no-untyped-def]

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 
 from gpuplan.errors import SpecError
 from gpuplan.estimate.memory import MemoryCheck, MemoryEstimate
-from gpuplan.estimate.speed import TimeEstimate
+from gpuplan.estimate.speed import TimeEstimate, autocast_cast_ratio
 from gpuplan.estimate.strategy import (
     AUTO_SHARDINGS,
     Strategy,
@@ -145,6 +145,12 @@ def layout_groups(space: SearchSpace) -> tuple[tuple[Strategy, ...], ...]:
     return tuple(out)
 
 
+def _keeps_weights_whole(st: Strategy) -> bool:
+    """Whether ``st`` can pay torch autocast's per-micro-batch weight casts: no pipeline, and
+    every rank holds the whole weights (no sharding over more than one rank, or ZeRO-1)."""
+    return st.pp == 1 and (st.sharding in ("none", "zero1") or st.shard_degree <= 1)
+
+
 def bubble_fraction(st: Strategy) -> float:
     """Share of a 1F1B step the pipeline idles: ``(pp - 1) / (vp m + pp - 1)`` (as timed)."""
     if st.pp <= 1:
@@ -174,25 +180,34 @@ class ComputeBound:
     ) -> None:
         self._count = count
         self._time_of = time_of
-        self._per_sample: dict[tuple[int, str, int], tuple[float, float]] = {}
+        self._per_sample: dict[tuple[int, str, int], tuple[float, float, float]] = {}
         self._largest = max(g[-1].micro_batch_size for g in groups)
         modes = {g[0].activation_checkpointing for g in groups}
         self._lightest = min(modes, key=_RECOMPUTE.index)
 
-    def _unit(self, st: Strategy) -> tuple[float, float]:
-        """(compute, exposed TP traffic) in GPU-seconds per sample, with the step overhead."""
+    def _unit(self, st: Strategy, casts: bool | None = None) -> tuple[float, float]:
+        """(compute, exposed TP traffic) in GPU-seconds per sample, with the step overhead;
+        ``casts``: count torch autocast's weight casts (default: where ``st`` pays them)."""
+        casts = _keeps_weights_whole(st) if casts is None else casts
         key = (st.tp, st.activation_checkpointing, st.micro_batch_size)
-        value = self._per_sample.get(key)
-        if value is None:
+        unit = self._per_sample.get(key)
+        if unit is None:
             # no expert parallelism either: its all-to-alls only add to a layout's time
             rep = dataclasses.replace(st, pp=1, vp=1, dp=1, ep=1, grad_accum=1, sharding="none")
             t = self._time_of(rep)
             modelled = t.compute_s + t.bubble_s + t.exposed_comm_s + t.optimizer_s
             overhead = max(1.0, t.step_time_s / modelled) if modelled > 0 else 1.0
             scale = st.tp / st.micro_batch_size * overhead
-            value = (t.compute_s * scale, t.exposed_comm_s * scale)
-            self._per_sample[key] = value
-        return value
+            cast = t.parts.get("autocast weight casts", 0.0)
+            unit = ((t.compute_s - cast) * scale, cast * scale, t.exposed_comm_s * scale)
+            self._per_sample[key] = unit
+        compute, cast, tp_comm = unit
+        # torch autocast's fp32 weights pay a cast and an accumulation every micro-batch, more
+        # with more of them a step (speed.autocast_cast_ratio); a layout that shards its weights
+        # pays none
+        if casts:
+            compute += cast * autocast_cast_ratio(st.grad_accum, st.activation_checkpointing)
+        return compute, tp_comm
 
     def known(self, group: Sequence[Strategy]) -> bool:
         """Whether :meth:`group` needs no new timing for ``group``."""
@@ -212,12 +227,17 @@ class ComputeBound:
         micro-batch searched (splitting GEMMs and recomputing never save compute), one
         timing for all layouts; the search refines it when a layout comes up.
         """
-        rep = group[-1]
+        rep = group[-1]  # the largest micro-batch: the fewest micro-batches a step too
         if coarse:
             rep = dataclasses.replace(
-                rep, tp=1, activation_checkpointing=self._lightest, micro_batch_size=self._largest
+                rep,
+                tp=1,
+                activation_checkpointing=self._lightest,
+                micro_batch_size=self._largest,
+                grad_accum=1,
             )
-        compute, tp_comm = self._unit(rep)
+        # the coarse bound stands for every layout, sharded ones too: no weight casts
+        compute, tp_comm = self._unit(rep, casts=False if coarse else None)
         if coarse:
             tp_comm = 0.0
         per_gpu = compute / (1 - bubble_fraction(group[0])) + tp_comm

@@ -247,19 +247,36 @@ def _autocast_weight_traffic_s(
     ``AccumulateGrad`` adds it to ``.grad`` in place from the second micro-batch of a step
     (4 + 4 read, 4 written; the first takes the tensor). Full checkpointing casts again:
     ``torch.utils.checkpoint`` re-enters autocast for the recompute, a new region with an empty
-    cache. Only where the engine stores fp32 parameters whole (DDP, ZeRO-1 of PyTorch); FSDP
-    gathers its parameters in 16 bits. The weights are the linears' (autocast's fp16 list casts
+    cache. Only where the engine stores fp32 parameters whole (DDP, ZeRO-1 of PyTorch) and runs
+    no pipeline; FSDP gathers its parameters in 16 bits. The weights are the linears' (autocast's fp16 list casts
     a linear's arguments; embeddings and norms run in fp32) and the LM head's.
     """
     if not (_torch_autocast(job) and job.method == "full" and shape.family != "cnn"):
+        return 0.0
+    if st.pp > 1:
+        # a pipeline runs on a pipeline engine (Megatron-Core, DeepSpeed's), which keeps 16-bit
+        # weights; the loops that cast per micro-batch (Transformers' Trainer, Lightning, timm)
+        # have no pipeline schedule
         return 0.0
     if lay.param_bytes != 4 or lay.param_ranks != 1 or lay.gather_bytes:
         return 0.0
     weights = layers * sum(lin.in_features * lin.out_features * lin.count for lin in shape.linears)
     weights = (weights + (shape.params_head or shape.vocab * shape.hidden)) / st.tp
-    casts = 2 if st.activation_checkpointing == "full" else 1
-    per_weight = 6 * casts + 6 + 12 * (micro_batches - 1) / micro_batches
-    return weights * per_weight / hbm
+    return weights * _cast_bytes_per_weight(micro_batches, st.activation_checkpointing) / hbm
+
+
+def _cast_bytes_per_weight(micro_batches: int, checkpointing: str) -> float:
+    """Bytes a weight moves a micro-batch under autocast (:func:`_autocast_weight_traffic_s`)."""
+    casts = 2 if checkpointing == "full" else 1
+    return 6 * casts + 6 + 12 * (micro_batches - 1) / micro_batches
+
+
+def autocast_cast_ratio(micro_batches: int, checkpointing: str) -> float:
+    """Autocast's weight traffic a micro-batch at ``micro_batches`` a step over that at one
+    (the layout search times one micro-batch and scales this part)."""
+    return _cast_bytes_per_weight(micro_batches, checkpointing) / _cast_bytes_per_weight(
+        1, checkpointing
+    )
 
 
 def _kernels_per_layer(job: MemoryJob, shape: Shape) -> int:
