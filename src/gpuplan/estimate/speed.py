@@ -260,8 +260,8 @@ def _autocast_weight_traffic_s(
         return 0.0
     if lay.param_bytes != 4 or lay.param_ranks != 1 or lay.gather_bytes:
         return 0.0
-    weights = layers * sum(lin.in_features * lin.out_features * lin.count for lin in shape.linears)
-    weights = (weights + (shape.params_head or shape.vocab * shape.hidden)) / st.tp
+    linears = layers * sum(lin.in_features * lin.out_features * lin.count for lin in shape.linears)
+    weights = (linears + (shape.params_head or shape.vocab * shape.hidden)) / st.tp
     return weights * _cast_bytes_per_weight(micro_batches, st.activation_checkpointing) / hbm
 
 
