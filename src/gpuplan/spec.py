@@ -624,8 +624,8 @@ class JobSpec(_Spec):
         "Apple's cut-cross-entropy): no logits are kept, only the hidden state's gradient, "
         "computed in forward. Stated fused or fused-linear, the step reads the 16-bit logits and "
         "writes their gradient once instead of three fp32 passes. auto: the framework's "
-        "(memory; time keeps the eager passes) (llmfoundry fused, the others "
-        "eager; under megatron, megatron.cross_entropy_fusion decides instead).",
+        "(llmfoundry fused, the others eager; under megatron, megatron.cross_entropy_fusion "
+        "decides instead), in memory only: the time keeps the eager passes.",
     )
     zero_grad: Literal["set_to_none", "zeros"] = Field(
         default="set_to_none",

@@ -1115,12 +1115,6 @@ def _state_bytes(
 
 
 @functools.lru_cache(maxsize=8192)
-def _plain_stages(st: Strategy) -> Strategy:
-    """``st`` without interleaving (its variants share their parameters and state)."""
-    return dataclasses.replace(st, vp=1) if st.vp > 1 else st
-
-
-@functools.lru_cache(maxsize=8192)
 def model_bytes(
     shape: Shape,
     job: MemoryJob,
@@ -1136,7 +1130,9 @@ def model_bytes(
     """
     # the parameters and their state do not depend on the interleaving depth: its variants of a
     # layout share them
-    lay, tr, w, ts, notes = _state_bytes(shape, job, _plain_stages(st), pipeline_stage)
+    lay, tr, w, ts, notes = _state_bytes(
+        shape, job, dataclasses.replace(st, vp=1) if st.vp > 1 else st, pipeline_stage
+    )
     act = activation_bytes(shape, job, st, lay, tr, image_size, pipeline_stage)
     return ModelBytes(
         layout=lay, trained=tr, weights=w, training_state=ts, activations=act, assumptions=notes
@@ -1221,7 +1217,6 @@ def clear_caches() -> None:
     _check.cache_clear()
     _activation_profile.cache_clear()
     _state_bytes.cache_clear()
-    _plain_stages.cache_clear()
 
 
 @functools.lru_cache(maxsize=8192)

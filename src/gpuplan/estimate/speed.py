@@ -248,8 +248,9 @@ def _autocast_weight_traffic_s(
     (4 + 4 read, 4 written; the first takes the tensor). Full checkpointing casts again:
     ``torch.utils.checkpoint`` re-enters autocast for the recompute, a new region with an empty
     cache. Only where the engine stores fp32 parameters whole (DDP, ZeRO-1 of PyTorch) and runs
-    no pipeline; FSDP gathers its parameters in 16 bits. The weights are the linears' (autocast's fp16 list casts
-    a linear's arguments; embeddings and norms run in fp32) and the LM head's.
+    no pipeline; FSDP gathers its parameters in 16 bits (``layout_search._keeps_weights_whole``
+    is the same rule on a strategy alone). The weights are the linears' (autocast's fp16 list
+    casts a linear's arguments; embeddings and norms run in fp32) and the LM head's.
     """
     if not (_torch_autocast(job) and job.method == "full" and shape.family != "cnn"):
         return 0.0
