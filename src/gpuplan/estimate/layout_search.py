@@ -148,8 +148,10 @@ def layout_groups(space: SearchSpace) -> tuple[tuple[Strategy, ...], ...]:
 def _keeps_weights_whole(st: Strategy) -> bool:
     """Whether ``st`` can pay torch autocast's per-micro-batch weight casts: no pipeline, and
     every rank holds the whole weights (no sharding over more than one rank, or ZeRO-1): the
-    rule of ``speed._autocast_weight_traffic_s`` read from the strategy alone. It may say yes
-    where the engine casts nothing (the cast part is then zero), never no where it casts."""
+    rule of ``speed._autocast_weight_traffic_s`` read from the strategy alone. The bound stays
+    a bound if this says no where the layout casts (it only loosens), and where the engine
+    casts nothing at all (the representative's cast part is then zero too); it must not say
+    yes for a layout that shards its weights."""
     return st.pp == 1 and (st.sharding in ("none", "zero1") or st.shard_degree <= 1)
 
 
