@@ -552,6 +552,14 @@ class JobSpec(_Spec):
         "keeps `outputs` through backward, which holds them. Hugging Face model code only "
         "(framework hf or deepspeed).",
     )
+    gradient_clipping: bool | None = Field(
+        default=None,
+        description="Whether each step clips the gradients by their global norm: a norm pass and "
+        "a scaling pass over every gradient a rank holds (time, not memory). Unset: the "
+        "framework's default: on under Hugging Face's Trainer (hf_trainer; max_grad_norm 1.0), "
+        "megatron (--clip-grad 1.0) and torchtitan (max_norm 1.0); off under deepspeed "
+        "(gradient_clipping 0) and the other loops.",
+    )
     compile: bool = Field(
         default=False,
         description="torch.compile: pointwise intermediates are recomputed (memory); element-wise "

@@ -17,6 +17,7 @@ from gpuplan.errors import MissingInputError, SpecError
 from gpuplan.estimate import bounds as bnd
 from gpuplan.estimate import overheads as ovh
 from gpuplan.estimate.frameworks import CHECKPOINT_EARLY_STOP, DS_COALESCED_GATHERS, FRAMEWORKS
+from gpuplan.estimate.grad_passes import default_clipping
 from gpuplan.estimate.lora import lora_roles
 from gpuplan.estimate.memory import (
     DEFAULT_SAFETY_MARGIN,
@@ -266,6 +267,11 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         and spec.deepspeed.version is not None
         and release(spec.deepspeed.version) < DS_COALESCED_GATHERS,
         hf_trainer=spec.hf_trainer,
+        gradient_clipping=(
+            default_clipping(spec.framework, spec.hf_trainer)
+            if spec.gradient_clipping is None
+            else spec.gradient_clipping
+        ),
         fsdp_root_embedding=_root_holds_embedding(spec),
         recompute_stops_early=FRAMEWORKS[spec.framework].checkpoint_early_stop
         and (

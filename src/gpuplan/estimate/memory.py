@@ -154,6 +154,10 @@ class MemoryJob:
     """DeepSpeed before 0.6.0 (spec ``deepspeed.version``): ZeRO-3 gathers each parameter on
     its own, a device synchronize before each (time), and has no gradient partition buffer
     allocated at init (memory: ``StateLayout.grads_persistent`` does not apply)."""
+    gradient_clipping: bool = False
+    """Each step clips the gradients by their global norm (spec ``gradient_clipping``, or the
+    framework's default: :func:`gpuplan.estimate.grad_passes.default_clipping`); decides time,
+    not memory."""
     hf_trainer: bool = False
     """The step runs in Hugging Face's Trainer, which frees the model output before backward
     (spec ``hf_trainer``; ``Numerics.logits_released``)."""

@@ -52,6 +52,8 @@ from gpuplan.estimate.frameworks import (
     deepspeed_reduction,
 )
 from gpuplan.estimate.gathers import deepspeed_parameter_gathers
+from gpuplan.estimate.grad_passes import GradPasses
+from gpuplan.estimate.grad_passes import grad_passes_s as grad_passes_time
 from gpuplan.estimate.lora import adapter_params_per_layer, expert_adapter_params_per_layer
 from gpuplan.estimate.memory import (
     MemoryJob,
@@ -224,6 +226,23 @@ def _torch_autocast(job: MemoryJob) -> bool:
     """Whether the step runs under torch autocast: a ``*-mixed`` precision under a PyTorch engine
     (DeepSpeed and Apex O2 cast the model instead)."""
     return PRECISIONS[job.precision].autocast and FRAMEWORKS[job.framework].engine == "pytorch"
+
+
+def _grad_passes(job: MemoryJob, st: Strategy) -> GradPasses:
+    """The gradient passes this job's loop runs besides the update (:mod:`grad_passes`):
+    DDP's bucket copies under a PyTorch engine that does not shard gradients, across more
+    than one replica; the loss scaler's unscale under fp16 with torch autocast or Megatron;
+    clipping where the job clips; zeroing in place where ``zero_grad`` zeroes."""
+    engine = FRAMEWORKS[job.framework].engine
+    fp16 = job.precision == "fp16-mixed"
+    return GradPasses(
+        ddp_bucket_copies=engine == "pytorch"
+        and st.sharding in ("none", "zero1")
+        and st.replicas > 1,
+        unscale=fp16 and (_torch_autocast(job) or engine == "megatron"),
+        clip=job.gradient_clipping,
+        zero_fill=job.grads_kept,
+    )
 
 
 EAGER_FRAMEWORKS = frozenset({"hf", "deepspeed", "litgpt", "torchtune"})
@@ -696,6 +715,24 @@ def estimate_time(
                 f"its bytes and its launches{ratio}"
             )
             optimizer_s = loop
+    gp = _grad_passes(job, st)
+    grad_passes_s = 0.0
+    if gp.passes and st.offload == "none":
+        held_grads = (
+            trainable_stage + expert_held
+            if lay.engine == "pytorch" and st.sharding in ("none", "zero1")
+            else opt_params
+        )
+        # under torch autocast and Megatron the passes run over fp32 gradients (Megatron's
+        # main grads); a 16-bit engine's (DeepSpeed) over its own
+        elem = 4 if not full or lay.engine in ("pytorch", "megatron") else lay.grad_bytes
+        grad_passes_s = grad_passes_time(gp, held_grads * elem, bw * eff.hbm)
+        assumptions.append(
+            "gradient passes outside the update: "
+            + ", ".join(gp.names())
+            + f"; {gp.passes} x the {held_grads * elem / 1e9:.2f} GB of gradients a rank "
+            f"holds, {grad_passes_s * 1e3:.1f} ms a step at the achieved bandwidth"
+        )
     if st.offload != "none":
         pcie = eff_all.pcie_gb_per_s.get(gpu.pcie_generation or 4, 31.5) * 1e9 * 0.7
         held = trainable_stage + expert_held
@@ -919,7 +956,7 @@ def estimate_time(
     tp_exposed = tp_exposed_time(tp_mode, tp_total, tp_backward, ov["tensor_parallel"])
     exposed = dp_exposed + tp_exposed + pp_total + cp_exposed + ep_total
     comm_total = dp_total + tp_total + pp_total + cp_total + ep_total
-    step = (compute + bubble + exposed + optimizer_s) * (1 + eff.step_overhead)
+    step = (compute + bubble + exposed + optimizer_s + grad_passes_s) * (1 + eff.step_overhead)
 
     global_samples = st.micro_batch_size * m * st.dp
     samples_per_s = global_samples / step
@@ -946,6 +983,7 @@ def estimate_time(
         **{k: m * v / virt for k, v in ct.parts.items()},
         "autocast weight casts": m * casts_s,
         "optimizer step": optimizer_s,
+        "gradient passes": grad_passes_s,
         "pipeline bubble": bubble,
         "dp comm exposed": dp_exposed,
         "tp comm exposed": tp_exposed,
