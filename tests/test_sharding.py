@@ -1002,3 +1002,95 @@ def test_loss_kernels() -> None:
     assert _head(parse_spec(foundry))[0] < _head(parse_spec({**foundry, "loss_kernel": "eager"}))[0]
     with pytest.raises(SpecError, match="loss_kernel"):
         parse_spec({**base, "method": "full", "framework": "megatron", "loss_kernel": "fused"})
+
+
+def test_megatron_fp16_keeps_16_bit_main_grads_and_copies_them_at_the_step() -> None:
+    """Megatron's --accumulate-allreduce-grads-in-fp32 defaults off and --bf16 turns it on:
+    under fp16 the main_grad buffer is 16-bit unless stated, and the optimizer step makes an
+    fp32 copy of it (``.float()`` in ``_copy_model_grads_to_main_grads``), on the shard under
+    the distributed optimizer. fp32 main grads need no copy (``.float()`` is the tensor)."""
+    from gpuplan.estimate.fit import memory_job
+
+    def layout(precision: str, sharding: str = "none", **megatron: object):  # type: ignore[no-untyped-def]
+        spec = {
+            "model": "gpt2-medium",
+            "method": "full",
+            "precision": precision,
+            "seq_len": 1024,
+            "framework": "megatron",
+            "parallelism": {"sharding": sharding, "tp": 1, "pp": 1},
+        }
+        if megatron:
+            spec["megatron"] = megatron
+        job = memory_job(parse_spec(spec), model_shape("gpt2-medium"))
+        return state_layout(
+            "megatron",
+            sharding,
+            PRECISIONS[precision],
+            ranks=8,
+            dp=8,
+            megatron=job.megatron,
+        )
+
+    fp16 = layout("fp16-mixed")
+    assert (fp16.grad_bytes, fp16.step_grad_bytes, fp16.carried_grad_bytes) == (2, 4, 0)
+    bf16 = layout("bf16-mixed")
+    assert (bf16.grad_bytes, bf16.step_grad_bytes) == (4, 0)
+    stated = layout("fp16-mixed", grad_reduce_in_fp32=True)
+    assert (stated.grad_bytes, stated.step_grad_bytes) == (4, 0)
+    assert layout("bf16-mixed", grad_reduce_in_fp32=False).step_grad_bytes == 4
+    assert layout("fp16-mixed", "zero1").optimizer_ranks == 8  # the copy is of the shard
+    # Megatron-LM v2 before July 2021: the previous step's 16-bit gradient and fp32 main
+    # gradient stay through the next forward and backward; no copy on top at the step
+    legacy = layout("fp16-mixed", legacy_local_ddp=True)
+    assert (legacy.grad_bytes, legacy.step_grad_bytes, legacy.carried_grad_bytes) == (2, 0, 6)
+
+
+def test_megatron_legacy_local_ddp_adds_six_bytes_a_parameter_through_backward() -> None:
+    """The carried gradients are there through forward and backward: the peak rises by 6 bytes
+    a parameter of the stage, no more."""
+
+    gpu = load_catalog(use_user=False).gpu("V100-32GB")
+    base = {
+        "model": "gpt2-medium",
+        "method": "full",
+        "precision": "fp16-mixed",
+        "micro_batch_size": 1,
+        "global_batch_size": 4,
+        "seq_len": 1024,
+        "activation_checkpointing": "full",
+        "framework": "megatron",
+        "parallelism": {"sharding": "none", "tp": 2, "pp": 2},
+    }
+    now = fit(parse_spec(base), gpu, 4).memory
+    v2 = fit(parse_spec({**base, "megatron": {"legacy_local_ddp": True}}), gpu, 4).memory
+    carried = v2.details["gradients: previous step's, still referenced"]
+    assert carried == pytest.approx(v2.details["gradients"] * 3)  # 6 bytes against 2
+    # today's step copy (4 bytes) peaks at the step; v2's carried 6 bytes through backward
+    assert v2.peak_allocated_bytes > now.peak_allocated_bytes
+    assert any("Megatron-LM v2's local DDP" in a for a in v2.assumptions)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"parallelism": {"sharding": "zero1", "tp": 1, "pp": 1}}, "sharding none"),
+        ({"parallelism": "auto"}, "sharding none"),
+        ({"precision": "bf16-mixed"}, "16-bit gradients"),
+        ({"megatron": {"legacy_local_ddp": True, "grad_reduce_in_fp32": True}}, "16-bit"),
+    ],
+)
+def test_megatron_legacy_local_ddp_needs_what_v2_had(
+    change: dict[str, object], message: str
+) -> None:
+    spec = {
+        "model": "gpt2",
+        "precision": "fp16-mixed",
+        "seq_len": 512,
+        "framework": "megatron",
+        "megatron": {"legacy_local_ddp": True},
+        "parallelism": {"sharding": "none", "tp": 1, "pp": 1},
+        **change,
+    }
+    with pytest.raises(GpuPlanError, match=message):
+        parse_spec(spec)

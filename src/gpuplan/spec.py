@@ -167,11 +167,24 @@ class MegatronSpec(_Spec):
         "`fp8_param_gather`): 1 byte per parameter instead of bf16 plus an fp8 copy; the main "
         "parameters stay in the optimizer. Needs precision fp8-mixed.",
     )
-    grad_reduce_in_fp32: bool = Field(
-        default=True,
-        description="fp32 main-gradient buffer (Megatron's default with --bf16); false: the "
-        "gradients are kept and reduced in bf16 (`grad_reduce_in_fp32: false`, as NVIDIA's "
-        "FP8 recipes set).",
+    grad_reduce_in_fp32: bool | None = Field(
+        default=None,
+        description="fp32 main-gradient buffer; false: the gradients are kept and reduced in the "
+        "16-bit dtype (`grad_reduce_in_fp32: false`, as NVIDIA's FP8 recipes set), and the "
+        "optimizer step makes an fp32 copy of them (`.float()` in "
+        "`_copy_model_grads_to_main_grads`). Unset: Megatron's default, "
+        "--accumulate-allreduce-grads-in-fp32, which --bf16 turns on (arguments.py) and fp16 "
+        "leaves off: true except under precision fp16-mixed.",
+    )
+    legacy_local_ddp: bool = Field(
+        default=False,
+        description="Megatron-LM v2 before July 2021 (up to the v2.5 tag) with its local DDP "
+        "and no contiguous gradient buffers (use_contiguous_buffers_in_ddp false, then the "
+        "default): each parameter's main_grad still points at the previous step's 16-bit "
+        "gradient through forward and backward, and the fp32 main gradients the optimizer "
+        "copies stay until the next step (Float16OptimizerWithFloat16Params.zero_grad cleared "
+        "only the 16-bit groups), 6 bytes per parameter more. Needs sharding none (no "
+        "distributed optimizer then) and 16-bit gradients.",
     )
     optimizer_dtype: Literal["fp32", "bf16"] = Field(
         default="fp32",
@@ -759,6 +772,20 @@ class JobSpec(_Spec):
                 "megatron.fp8_dot_product_attention: needs precision fp8-mixed, not "
                 f"{self.precision}"
             )
+        if self.megatron is not None and self.megatron.legacy_local_ddp:
+            sharding = (
+                self.parallelism.sharding if isinstance(self.parallelism, ParallelismSpec) else None
+            )
+            if sharding != "none":
+                raise ValueError(
+                    "megatron.legacy_local_ddp: Megatron-LM v2 had no distributed optimizer; "
+                    "needs an explicit parallelism with sharding none"
+                )
+            if self.megatron.grad_reduce_in_fp32 or self.precision != "fp16-mixed":
+                raise ValueError(
+                    "megatron.legacy_local_ddp: needs 16-bit gradients (precision fp16-mixed, "
+                    "grad_reduce_in_fp32 unset or false)"
+                )
         if self.megatron is not None and self.megatron.param_remainders:
             if self.megatron.optimizer_dtype != "fp32" or self.megatron.fp8_params:
                 raise ValueError(

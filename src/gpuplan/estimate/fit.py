@@ -178,6 +178,29 @@ def gqa_math_attention(spec: JobSpec, shape: Shape) -> bool:
     )
 
 
+def _megatron_options(spec: JobSpec) -> MegatronOptions | None:
+    """The Megatron settings of ``spec``; None where every one is Megatron's default. The
+    main-gradient dtype defaults as Megatron's ``--accumulate-allreduce-grads-in-fp32`` does:
+    off, unless ``--bf16`` turns it on (``megatron/training/arguments.py``), so 16-bit under
+    fp16 and fp32 otherwise."""
+    m = spec.megatron
+    fp32_grads = spec.precision != "fp16-mixed"
+    if m is not None and m.grad_reduce_in_fp32 is not None:
+        fp32_grads = m.grad_reduce_in_fp32
+    if m is None:
+        return None if fp32_grads else MegatronOptions(grad_reduce_in_fp32=False)
+    return MegatronOptions(
+        fp8_params=m.fp8_params,
+        grad_reduce_in_fp32=fp32_grads,
+        optimizer_bf16=m.optimizer_dtype == "bf16",
+        param_remainders=m.param_remainders,
+        fp8_attention=m.fp8_dot_product_attention,
+        fp8_activation_input=m.activation_func_fp8_input_store,
+        te_cross_entropy=m.cross_entropy_fusion == "te",
+        legacy_local_ddp=m.legacy_local_ddp,
+    )
+
+
 def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
     """The memory-relevant part of a spec, resolved against the model, as the engine that runs
     it reads it (:func:`engine_spec`)."""
@@ -224,17 +247,7 @@ def memory_job(spec: JobSpec, shape: Shape) -> MemoryJob:
         double_quant=double_quant,
         bnb_keeps_inputs=spec.method == "qlora" and bnb_keeps_inputs,
         peft_base_dtype_adapters=peft_old,
-        megatron=None
-        if spec.megatron is None
-        else MegatronOptions(
-            fp8_params=spec.megatron.fp8_params,
-            grad_reduce_in_fp32=spec.megatron.grad_reduce_in_fp32,
-            optimizer_bf16=spec.megatron.optimizer_dtype == "bf16",
-            param_remainders=spec.megatron.param_remainders,
-            fp8_attention=spec.megatron.fp8_dot_product_attention,
-            fp8_activation_input=spec.megatron.activation_func_fp8_input_store,
-            te_cross_entropy=spec.megatron.cross_entropy_fusion == "te",
-        ),
+        megatron=_megatron_options(spec),
         activation_offload_layers=0
         if spec.megatron is None
         else spec.megatron.activation_offload_layers,

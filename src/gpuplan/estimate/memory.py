@@ -692,6 +692,16 @@ def training_state_bytes(
         assumptions.append(
             "DDP with gradient_as_bucket_view=False (the default) keeps a bucket copy of the grads"
         )
+    if lay.carried_grad_bytes and job.method == "full":
+        carried = tr.params * lay.carried_grad_bytes
+        lines.append(("gradients: previous step's, still referenced", carried))
+        total_grads += carried
+        kept += carried
+        assumptions.append(
+            "Megatron-LM v2's local DDP: each parameter's main_grad keeps the previous step's "
+            "16-bit gradient, and the fp32 main gradients copied at the step stay, through the "
+            "next forward and backward"
+        )
     if lay.grad_partition_copy_bytes:
         copy = tr.per_rank(lay.optimizer_ranks) * lay.grad_partition_copy_bytes
         lines.append(("gradients: DeepSpeed contiguous copy of the own partition", copy))

@@ -183,6 +183,10 @@ class StateLayout:
     """Per element / N: DeepSpeed's contiguous copy of the own partition's gradients."""
     step_grad_bytes: float = 0.0
     """Per element / optimizer_ranks: fp32 gradient materialised for the optimizer step."""
+    carried_grad_bytes: float = 0.0
+    """Per element: gradients carried from the previous step through forward and backward
+    (:attr:`MegatronOptions.legacy_local_ddp`: the previous 16-bit gradient and the fp32 main
+    gradient)."""
     step_grad_cap_elements: float = float("inf")
     """Most elements of that fp32 gradient at once (ZeRO-3 steps sub-group by sub-group)."""
     bucket_bytes: float = 0.0
@@ -244,6 +248,14 @@ class MegatronOptions:
     (``transformer_engine/pytorch/cross_entropy.py``, ``CrossEntropyFunction.forward``, releases
     up to 2.17) writes the logits gradient into the 16-bit logits during forward and saves only
     that tensor; the backward hands it on (no fp32 softmax, no new gradient)."""
+    legacy_local_ddp: bool = False
+    """Megatron-LM v2 before July 2021 (through the v2.5 tag) with its local DDP and no
+    contiguous gradient buffers: ``DistributedDataParallel.allreduce_gradients``
+    (``megatron/model/distributed.py``) sets ``param.main_grad = param.grad``, so once
+    ``zero_grad`` frees ``.grad`` the previous step's 16-bit gradient lives on through the next
+    forward and backward, and ``Float16OptimizerWithFloat16Params.zero_grad``
+    (``megatron/optimizer/optimizer.py``) cleared only the 16-bit groups, so the fp32 main
+    gradients copied at the step stay too (both changed on 2021-07-12 and 2021-07-16)."""
     param_remainders: bool = False
     """fp32 main parameters stored as the low 16 bits the bf16 parameter lacks: Apex
     ``DistributedFusedAdam(store_param_remainders=True)`` (``apex/contrib/optimizers/
@@ -487,10 +499,16 @@ def _megatron(
         gather_bytes=param_bytes if gathered else 0,
         gathered_layers=2 if gathered else 0,
         grads_persistent=sharding in ("none", "zero1"),
+        # 16-bit main gradients: the step copies them to fp32 (``.float()`` in
+        # ``_copy_model_grads_to_main_grads``, on the shard under the distributed optimizer),
+        # freed at the next ``zero_grad``; Megatron-LM v2's local DDP kept them and the
+        # previous 16-bit gradients through the next step instead
+        step_grad_bytes=0 if opts.grad_reduce_in_fp32 or opts.legacy_local_ddp else 4,
+        carried_grad_bytes=6 if opts.legacy_local_ddp else 0,
         autocast=False,
         notes=(
-            f"Megatron {label}: {'fp8' if fp8_params else 'bf16'} parameters, "
-            f"{'fp32' if opts.grad_reduce_in_fp32 else 'bf16'} main gradients, "
+            f"Megatron {label}: {'fp8' if fp8_params else '16-bit'} parameters, "
+            f"{'fp32' if opts.grad_reduce_in_fp32 else '16-bit'} main gradients, "
             + (
                 "fp32 Adam moments and 16-bit main-parameter remainders"
                 if opts.param_remainders
