@@ -49,19 +49,22 @@ def test_default_clipping_per_framework(framework: str, hf_trainer: bool, clips:
     assert default_clipping(framework, hf_trainer) is clips
 
 
+GPT2_DDP = {
+    "model": "gpt2-large",
+    "method": "full",
+    "precision": "fp16-mixed",
+    "micro_batch_size": 1,
+    "seq_len": 1024,
+    "framework": "hf",
+    "parallelism": {"sharding": "none", "tp": 1, "pp": 1},
+}
+"""GPT-2 large under torch autocast, fp16, one micro-batch a step, replicated."""
+
+
 def _passes(cat, gpus: int, **kw: object) -> tuple[float, tuple[str, ...]]:  # type: ignore[no-untyped-def]
-    spec = {
-        "model": "gpt2-large",
-        "method": "full",
-        "precision": "fp16-mixed",
-        "micro_batch_size": 1,
-        "seq_len": 1024,
-        "framework": "hf",
-        "parallelism": {"sharding": "none", "tp": 1, "pp": 1},
-        **kw,
-    }
     gpu = cat.gpu("A100-80GB")
-    est = configure(parse_spec(spec), gpu, gpus, default_topology(gpu, gpus), require_fit=False)
+    spec = parse_spec({**GPT2_DDP, **kw})
+    est = configure(spec, gpu, gpus, default_topology(gpu, gpus), require_fit=False)
     named = tuple(a for a in est.time.assumptions if a.startswith("gradient passes"))
     return est.time.parts["gradient passes"], named
 
@@ -101,19 +104,10 @@ def test_sharded_gradients_pass_over_the_shard_only(cat) -> None:  # type: ignor
 def test_the_passes_are_in_the_step(cat) -> None:  # type: ignore[no-untyped-def]
     """The passes add to the step (they run on the compute stream, after backward)."""
     gpu = cat.gpu("A100-80GB")
-    base = {
-        "model": "gpt2-large",
-        "method": "full",
-        "precision": "fp16-mixed",
-        "micro_batch_size": 1,
-        "seq_len": 1024,
-        "framework": "hf",
-        "parallelism": {"sharding": "none", "tp": 1, "pp": 1},
-    }
     topo = default_topology(gpu, 8)
-    plain = configure(parse_spec(base), gpu, 8, topo, require_fit=False).time
+    plain = configure(parse_spec(GPT2_DDP), gpu, 8, topo, require_fit=False).time
     clipped = configure(
-        parse_spec({**base, "gradient_clipping": True}), gpu, 8, topo, require_fit=False
+        parse_spec({**GPT2_DDP, "gradient_clipping": True}), gpu, 8, topo, require_fit=False
     ).time
     overhead = 1 + efficiencies().arch(gpu).step_overhead
     added = clipped.parts["gradient passes"] - plain.parts["gradient passes"]

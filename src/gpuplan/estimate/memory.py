@@ -683,25 +683,29 @@ def training_state_bytes(
             f"{job.framework}: FSDP units mix frozen and LoRA parameters, so gradients are allocated "
             "for all of them" + (", unsharded while accumulating (no_sync)" if unsharded else "")
         )
+    # whole-model gradient copies held through forward and backward (kept)
     kept = 0.0
-    if lay.ddp_bucket_copy and job.method == "full":
-        copy = tr.params * tr.grad_bytes
-        lines.append(("gradients: DDP bucket copies", copy))
-        total_grads += copy
-        kept += copy
-        assumptions.append(
-            "DDP with gradient_as_bucket_view=False (the default) keeps a bucket copy of the grads"
-        )
-    if lay.carried_grad_bytes and job.method == "full":
-        carried = tr.params * lay.carried_grad_bytes
-        lines.append(("gradients: previous step's, still referenced", carried))
-        total_grads += carried
-        kept += carried
-        assumptions.append(
+    held_copies = (
+        (
+            tr.grad_bytes if lay.ddp_bucket_copy else 0.0,
+            "gradients: DDP bucket copies",
+            "DDP with gradient_as_bucket_view=False (the default) keeps a bucket copy of the grads",
+        ),
+        (
+            lay.carried_grad_bytes,
+            "gradients: previous step's, still referenced",
             "Megatron-LM v2's local DDP: each parameter's main_grad keeps the previous step's "
             "16-bit gradient, and the fp32 main gradients copied at the step stay, through the "
-            "next forward and backward"
-        )
+            "next forward and backward",
+        ),
+    )
+    for per_element, label, why in held_copies:
+        if per_element and job.method == "full":
+            copy = tr.params * per_element
+            lines.append((label, copy))
+            total_grads += copy
+            kept += copy
+            assumptions.append(why)
     if lay.grad_partition_copy_bytes:
         copy = tr.per_rank(lay.optimizer_ranks) * lay.grad_partition_copy_bytes
         lines.append(("gradients: DeepSpeed contiguous copy of the own partition", copy))
